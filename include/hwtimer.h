@@ -1,0 +1,261 @@
+/*
+ * hwtimer.h - libhwtimer, a hashed wheel timer for multithreaded C programs.
+ *
+ * What Netty's io.netty.util.HashedWheelTimer is to the JVM: any thread
+ * schedules one-shot timeouts with a callback; one worker thread per timer
+ * runs the callbacks that are due, tick by tick. This is the only installed
+ * header. Each function carries its contract: who may call it, and when.
+ *
+ * Conventions
+ *   - Functions that can fail return int: 0 on success or a negative HWT_E*
+ *     code. A call that fails changed nothing.
+ *   - "any thread" means: callable concurrently from any number of threads,
+ *     including from inside a task running on the timer's worker.
+ *   - Misuse C cannot detect (using a timer after hwt_timer_destroy, releasing
+ *     a timeout twice, using a timeout after its last release) is undefined
+ *     behaviour. A build with HWT_DEBUG defined catches double release.
+ *
+ * Ownership (every timeout ends exactly one way):
+ *   its task's run is called once; or it is cancelled (a hwt_timeout_cancel()
+ *   that returned true, or dropped by hwt_stop(t, NULL, NULL) or
+ *   hwt_timer_destroy()) and its cancelled callback, if any, is called once;
+ *   or it is handed back by hwt_stop(). Never two of these, never none.
+ *
+ * Timing (Netty's rules): a timeout with deadline D = now + delay - start
+ * fires while the worker processes tick floor(D / tick), i.e. never before D
+ * and nominally before D + tick. Beyond Netty, the worker does not wake on
+ * ticks where nothing is due, and far-future timeouts are not rescanned on
+ * every wheel revolution.
+ */
+#ifndef HWTIMER_H
+#define HWTIMER_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HWT_BUILDING_LIBRARY) && defined(__GNUC__)
+#define HWT_EXTERN __attribute__((visibility("default")))
+#else
+#define HWT_EXTERN
+#endif
+
+#define HWT_VERSION_MAJOR 1
+#define HWT_VERSION_MINOR 0
+#define HWT_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------- errors */
+
+#define HWT_EINVAL (-EINVAL)    /* NULL where an object is required, out-of-range
+                                   option or enum, one stop out-pointer without the other */
+#define HWT_ENOMEM (-ENOMEM)    /* allocation failed; nothing scheduled, nothing leaked */
+#define HWT_EREJECTED (-10001)  /* max_pending_timeouts would be exceeded */
+#define HWT_ESTOPPED (-10002)   /* the timer was stopped */
+#define HWT_EDEADLK (-EDEADLK)  /* hwt_stop() from the timer's own worker thread */
+#define HWT_ESYS (-10003)       /* the worker thread could not be created (logged);
+                                   the call may be retried */
+
+/* A static, distinct text for each code above ("unknown error" otherwise).
+ * Any thread. */
+HWT_EXTERN const char *hwt_strerror(int code);
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. Any thread. */
+HWT_EXTERN const char *hwt_version(void);
+
+/* ----------------------------------------------------------------- types */
+
+typedef struct hwt_timer hwt_timer;     /* opaque */
+typedef struct hwt_timeout hwt_timeout; /* opaque, reference-counted handle */
+
+/* A task. `timeout` is borrowed: valid while the call runs. */
+typedef void (*hwt_task_fn)(hwt_timeout *timeout, void *arg);
+
+typedef enum {
+    HWT_NANOSECONDS,
+    HWT_MICROSECONDS,
+    HWT_MILLISECONDS,
+    HWT_SECONDS,
+    HWT_MINUTES,
+    HWT_HOURS,
+    HWT_DAYS
+} hwt_unit;
+
+/* How the worker sleeps to a tick's end.
+ *   PRECISE: absolute CLOCK_MONOTONIC deadline, nanosecond resolution
+ *            (minimum tick 1 us).
+ *   MILLIS:  Netty's: whole milliseconds, rounded up (minimum tick 1 ms).
+ *   WINDOWS: Netty's Windows rule: milliseconds rounded up, then down to a
+ *            multiple of 10, and 1 if that gives 0 (minimum tick 1 ms).
+ *   DEFAULT: PRECISE on POSIX, WINDOWS on _WIN32.
+ * All are selectable on every platform. */
+typedef enum {
+    HWT_SLEEP_DEFAULT,
+    HWT_SLEEP_PRECISE,
+    HWT_SLEEP_MILLIS,
+    HWT_SLEEP_WINDOWS
+} hwt_sleep_mode;
+
+typedef enum { HWT_LOG_DEBUG, HWT_LOG_INFO, HWT_LOG_WARN, HWT_LOG_ERROR } hwt_log_level;
+
+/* A snapshot taken without stopping anything: each field is exact when
+ * read, the set is consistent enough for monitoring. Counters only grow. */
+typedef struct hwt_stats {
+    int64_t pending;      /* as hwt_pending_timeouts() */
+    uint64_t scheduled;   /* successful hwt_new_timeout*() calls */
+    uint64_t expired;     /* tasks handed to run (or to the executor) */
+    uint64_t cancelled;   /* successful cancels + timeouts dropped or handed back by stop */
+    uint64_t rejected;    /* HWT_EREJECTED results */
+    uint64_t ticks;       /* ticks elapsed since the worker started, skipped ones too */
+    uint64_t wakeups;     /* times the worker returned from sleep */
+    uint64_t late_max_ns; /* worst (task start - max(deadline, time scheduled)) */
+} hwt_stats;
+
+typedef struct hwt_task {
+    hwt_task_fn run;       /* required: called once when the timeout expires */
+    hwt_task_fn cancelled; /* optional: called once, on the worker, after a successful
+                              hwt_timeout_cancel(), or when stop/destroy drops the timeout */
+} hwt_task;
+
+typedef struct hwt_options {
+    uint64_t tick_duration;          /* 100 */
+    hwt_unit tick_unit;              /* HWT_MILLISECONDS */
+    uint32_t ticks_per_wheel;        /* 512; rounded up to a power of two; 1 .. 2^30 */
+    int64_t max_pending_timeouts;    /* -1; <= 0 means unlimited */
+    uint32_t max_transfers_per_tick; /* 100000; new timeouts moved into the wheel
+                                        per worker wake-up; >= 1 */
+    hwt_sleep_mode sleep_mode;       /* HWT_SLEEP_DEFAULT */
+    const pthread_attr_t *thread_attr; /* NULL: defaults. Must be joinable (a detached
+                                          attr is HWT_EINVAL) and stay valid until the
+                                          worker has started. */
+    const char *thread_name;         /* "hwtimer"; copied; Linux keeps 15 bytes */
+    /* NULL: tasks run on the worker (Netty's ImmediateExecutor). Otherwise the
+     * worker calls executor(executor_ctx, timeout) for each expired timeout; the
+     * executor owns one reference and must call hwt_timeout_run() exactly once,
+     * from any thread. */
+    void (*executor)(void *ctx, hwt_timeout *timeout);
+    void *executor_ctx;
+    /* NULL: warnings and errors go to stderr, debug and info are dropped.
+     * Called from the thread that hit the condition (creator, worker, producer). */
+    void (*log)(void *ctx, hwt_log_level level, const char *message);
+    void *log_ctx;
+} hwt_options;
+
+/* ------------------------------------------------------------- the timer */
+
+/* Fills *options with the defaults shown above. Any thread. */
+HWT_EXTERN void hwt_options_init(hwt_options *options);
+
+/* Creates a timer (options NULL = defaults); the worker is not started yet.
+ * HWT_EINVAL: timer NULL; ticks_per_wheel 0 or > 2^30; tick_duration 0;
+ * max_transfers_per_tick 0; an invalid unit or sleep mode; a detached
+ * thread_attr; a tick (ns, saturated) >= INT64_MAX / rounded wheel length.
+ * A tick below the sleep mode's minimum is raised to it, with a warning through
+ * the log callback. More than 64 live timers in the process logs one error, once.
+ * HWT_ENOMEM: nothing allocated. Any thread. */
+HWT_EXTERN int hwt_timer_create(hwt_timer **timer, const hwt_options *options);
+
+/* Starts the worker if it is not running and waits until it has set the start
+ * time; optional, the first timeout does it. 0 if already started.
+ * HWT_ESTOPPED after a stop; HWT_ESYS if the thread could not be created (the
+ * cause is logged; the timer stays unstarted and the call may be retried).
+ * Any thread. */
+HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
+
+/* Schedules run(timeout, arg) to run once, `delay` `unit`s from now (starting
+ * the worker if needed). Every int64_t delay in every unit is accepted: the
+ * conversion to nanoseconds saturates, an overflowing positive delay means
+ * "never", zero or negative delays fire on the next tick.
+ * If `timeout` is not NULL, *timeout receives one reference that the caller
+ * ends with hwt_timeout_release(); with NULL the caller holds nothing.
+ * Errors: HWT_EINVAL (timer or run NULL, invalid unit), HWT_ESTOPPED,
+ * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS. Lock-free on the hot path; never blocks
+ * except the first call, which waits for the worker to start.
+ * Any thread, including tasks on the worker. */
+HWT_EXTERN int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay,
+                               hwt_unit unit, hwt_timeout **timeout);
+
+/* As hwt_new_timeout() with a task that may have a cancelled callback. *task is
+ * copied; task or task->run NULL is HWT_EINVAL. Any thread. */
+HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg,
+                                    int64_t delay, hwt_unit unit, hwt_timeout **timeout);
+
+/* Stops the worker. Every timeout that had not expired and was not cancelled is
+ * marked cancelled and:
+ *   - with both out-pointers: handed back in a new array (*unprocessed, *count),
+ *     one reference each, their cancelled callbacks NOT called; free it with
+ *     hwt_timeouts_release();
+ *   - with both NULL: dropped, their cancelled callbacks called on the worker.
+ * Every callback of the stop has run when it returns; hwt_pending_timeouts() is
+ * then 0 and new timeouts get HWT_ESTOPPED. A second stop (or one racing with a
+ * stop in progress, which it waits for) returns 0 with *unprocessed NULL and
+ * *count 0. Stopping a never-started timer returns 0 with an empty list.
+ * HWT_EINVAL: timer NULL, or one out-pointer without the other.
+ * HWT_EDEADLK: called from the timer's own worker (from a task).
+ * HWT_ENOMEM: the array could not be allocated; the timer is stopped and keeps
+ * the timeouts: call hwt_stop() again to get them, or destroy to drop them.
+ * Any thread but the worker. */
+HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count);
+
+/* Stops the timer if needed (as hwt_stop(timer, NULL, NULL)) and gives up the
+ * creator's reference. The timer's memory lives on until the last timeout
+ * reference is released. From the timer's own worker it logs an error and does
+ * nothing. NULL does nothing. Any thread but the worker; once per timer. */
+HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
+
+/* Timeouts scheduled and not yet run, cancelled or stopped. Goes down the
+ * moment hwt_timeout_cancel() returns true, and before a task starts.
+ * HWT_EINVAL for NULL. Any thread. */
+HWT_EXTERN int64_t hwt_pending_timeouts(const hwt_timer *timer);
+
+/* Fills *stats (see hwt_stats). NULL for either does nothing. Any thread. */
+HWT_EXTERN void hwt_timer_stats(const hwt_timer *timer, hwt_stats *stats);
+
+/* ----------------------------------------------------------- the timeout */
+
+/* Cancels a pending timeout: true if this call cancelled it (it will not run;
+ * its cancelled callback runs on the worker within one tick or 100 ms, whichever
+ * is longer), false if it had already expired, been cancelled or stopped, or
+ * timeout is NULL. Lock-free: marks and queues, the worker unlinks. Any thread. */
+HWT_EXTERN bool hwt_timeout_cancel(hwt_timeout *timeout);
+
+/* True once cancelled (by hwt_timeout_cancel or by a stop). NULL: false. Any thread. */
+HWT_EXTERN bool hwt_timeout_is_cancelled(const hwt_timeout *timeout);
+
+/* True once the worker has taken it to run (also while it runs). NULL: false.
+ * Any thread. */
+HWT_EXTERN bool hwt_timeout_is_expired(const hwt_timeout *timeout);
+
+/* The timer it was scheduled on (valid until the last reference is released;
+ * after hwt_timer_destroy only for comparison). NULL: NULL. Any thread. */
+HWT_EXTERN hwt_timer *hwt_timeout_timer(const hwt_timeout *timeout);
+
+/* Its task's run function and its argument. NULL: NULL. Any thread. */
+HWT_EXTERN hwt_task_fn hwt_timeout_task(const hwt_timeout *timeout);
+HWT_EXTERN void *hwt_timeout_arg(const hwt_timeout *timeout);
+
+/* For executors: runs the task of a timeout the worker handed to the executor,
+ * then gives up the executor's reference. A timeout not handed to an executor,
+ * a second call, or NULL: does nothing. Any thread, once per hand-over. */
+HWT_EXTERN void hwt_timeout_run(hwt_timeout *timeout);
+
+/* Gives up one reference (from hwt_new_timeout*, hwt_stop's list, or an
+ * executor hand-over that will not be run). NULL does nothing. Any thread, any
+ * time, also after the timer was stopped or destroyed. Releasing more
+ * references than one holds is undefined. */
+HWT_EXTERN void hwt_timeout_release(hwt_timeout *timeout);
+
+/* Releases each of timeouts[0 .. count-1], then frees the array (as returned by
+ * hwt_stop). (NULL, 0) does nothing. Any thread. */
+HWT_EXTERN void hwt_timeouts_release(hwt_timeout **timeouts, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HWTIMER_H */

@@ -1,0 +1,155 @@
+/*
+ * internal.h - the private structures shared by the library's files.
+ *
+ * Who touches what:
+ *   hwt_timer: configuration is written once by hwt_timer_create; the
+ *     "producer side" fields are atomics used by any thread; the "worker side"
+ *     belongs to the worker thread (and to the stopping thread once it has
+ *     joined the worker); lifecycle fields are under lifecycle_lock.
+ *   hwt_timeout: state and refs are atomics (any thread); link, wflags are
+ *     the worker's; run/cancelled/arg/deadline are written by the producer
+ *     before the timeout is published and are read-only afterwards.
+ */
+#ifndef HWT_INTERNAL_H
+#define HWT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "hwtimer.h"
+#include "mpsc.h"
+#include "pool.h"
+#include "wheel.h"
+
+#define HWT_MAX_LIVE_TIMERS 64
+#define HWT_CANCEL_LATENCY_MIN_NS (100 * INT64_C(1000000)) /* 100 ms */
+#define HWT_BACKLOG_KICK 4096 /* queued timeouts that make a producer wake the worker */
+
+/* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
+enum {
+    HWT_TO_INIT = 0,       /* pending */
+    HWT_TO_CANCELLED = 1,  /* cancelled by hwt_timeout_cancel, a stop, or rejected */
+    HWT_TO_EXPIRED = 2,    /* taken by the worker to run */
+    HWT_TO_LIFE = 3,       /* mask of the lifecycle value */
+    HWT_TO_BY_STOP = 4,    /* with CANCELLED: handed back or dropped by a stop */
+    HWT_TO_REJECTED = 8,   /* with CANCELLED: its producer took it back (raced a stop) */
+    HWT_TO_EXEC_ARMED = 16 /* with EXPIRED: handed to the executor, not yet run */
+};
+
+/* ---- worker-only flags (hwt_timeout.wflags). */
+enum {
+    HWT_W_LINKED = 1,      /* in a wheel bucket */
+    HWT_W_RELEASED = 2,    /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 4  /* its cancellation was processed (callback called) */
+};
+
+/* A doubly linked list node; also the bucket list of the wheel. */
+struct hwt__link {
+    struct hwt__link *next, *prev;
+};
+
+struct hwt_timeout {
+    struct hwt__link link;       /* wheel bucket (worker); stop's hand-back list */
+    ck_stack_entry_t stack_link; /* cancel stack, or the pool's free list */
+    hwt_task_fn run;
+    hwt_task_fn cancelled;
+    void *arg;
+    int64_t deadline;            /* ns since the worker started; >= time scheduled */
+    _Atomic uint32_t state;
+    _Atomic uint16_t refs;
+    uint8_t wflags;
+    uint8_t reserved;
+};
+
+enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
+enum { HWT_STOP_DROP, HWT_STOP_LIST };
+
+struct hwt_timer {
+    /* ---- configuration, written by create, then read-only */
+    int64_t tick_ns;
+    int64_t cancel_latency_ns;   /* max(tick, 100 ms) */
+    int64_t max_pending;         /* <= 0: unlimited */
+    uint32_t max_transfers;
+    hwt_sleep_mode sleep_mode;
+    const pthread_attr_t *thread_attr;
+    char thread_name[16];
+    void (*executor)(void *ctx, hwt_timeout *timeout);
+    void *executor_ctx;
+    void (*log)(void *ctx, hwt_log_level level, const char *message);
+    void *log_ctx;
+    int64_t start_ns;            /* set by the worker before state becomes STARTED */
+
+    /* ---- producer side: any thread */
+    _Alignas(64) _Atomic int state;
+    _Atomic int64_t pending;
+    _Atomic uint64_t scheduled;
+    _Atomic uint64_t rejected;
+    _Atomic uint64_t cancelled;
+    _Atomic uint64_t refs;       /* creator's + one per allocated timeout */
+    _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
+    _Atomic int cancel_watch;    /* 1: the worker will wake soon enough for cancels */
+    _Atomic int kicked;          /* someone already woke the worker since it planned */
+    _Atomic uint32_t wake_seq;   /* the futex word the worker sleeps on */
+    _Atomic uint64_t transferred; /* timeouts the worker took from the queue */
+
+    _Alignas(64) ck_fifo_mpmc_t queue; /* new timeouts */
+    _Alignas(64) ck_stack_t cancels;   /* cancelled timeouts, for the worker */
+    struct hwt__pool pool;
+
+    /* ---- worker side */
+    _Alignas(64) struct hwt__wheel wheel;
+    size_t awaiting_cancel;      /* let go of, cancellation not processed yet */
+    struct hwt__link *stop_list; /* what the final drain took (singly linked) */
+    size_t stop_count;
+    _Atomic uint64_t expired;
+    _Atomic uint64_t wakeups;
+    _Atomic uint64_t late_max_ns;
+
+    /* ---- lifecycle, under lifecycle_lock */
+    pthread_mutex_t lifecycle_lock;
+    pthread_cond_t started_cond;
+    pthread_t thread;
+    _Atomic bool worker_ready;   /* written under lifecycle_lock, read by stats */
+    int stop_mode;
+};
+
+/* The timer whose worker is the calling thread, or NULL. */
+extern _Thread_local hwt_timer *hwt__current_worker;
+
+/* Nanoseconds since the worker started (callers: after the start latch). */
+static inline int64_t hwt__rel_now(const hwt_timer *timer)
+{
+    return hwt__now_ns() - timer->start_ns;
+}
+
+/* timer.c */
+void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int hwt__timer_ensure_started(hwt_timer *timer);
+void hwt__timer_unref(hwt_timer *timer);
+void hwt__kick(hwt_timer *timer);
+
+/* worker.c */
+void *hwt__worker_main(void *arg);
+
+/* timeout.c */
+void hwt__timeout_unref(hwt_timeout *timeout);
+void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout);
+void hwt__run_cancelled_callback(hwt_timeout *timeout);
+
+static inline hwt_timeout *hwt__timeout_of_link(struct hwt__link *link)
+{
+    return (hwt_timeout *)((char *)link - offsetof(hwt_timeout, link));
+}
+
+static inline hwt_timeout *hwt__timeout_of_stack(ck_stack_entry_t *entry)
+{
+    return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, stack_link));
+}
+
+_Static_assert(sizeof(struct hwt_timeout) == 64, "a timeout is one cache line");
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * pool.h - per-timer pools of timeouts and of queue entries, so that
+ * scheduling does not call malloc per timeout.
+ *
+ * Memory is type-stable: chunks are allocated on demand and only freed with
+ * the timer's memory (after the last timeout reference is gone). Timeouts
+ * live in aligned chunks whose header names their timer, so a timeout finds
+ * its timer without storing a pointer. Any thread may allocate or free.
+ */
+#ifndef HWT_POOL_H
+#define HWT_POOL_H
+
+#include <ck_stack.h>
+#include <stdint.h>
+
+#include "hwtimer.h"
+
+struct hwt__qentry;
+
+#define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
+
+struct hwt__pool {
+    _Alignas(16) ck_stack_t free_timeouts;
+    _Alignas(16) ck_stack_t free_entries;
+    _Alignas(16) ck_stack_t timeout_chunks;
+    _Alignas(16) ck_stack_t entry_chunks;
+};
+
+/* Header of a timeout chunk, at its aligned start. */
+struct hwt__timeout_chunk {
+    hwt_timer *timer;
+    ck_stack_entry_t chunk_link;
+};
+
+static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
+{
+    uintptr_t chunk = (uintptr_t)timeout & ~(uintptr_t)(HWT_TIMEOUT_CHUNK_BYTES - 1);
+    return ((const struct hwt__timeout_chunk *)chunk)->timer;
+}
+
+void hwt__pool_init(struct hwt__pool *pool);
+/* Frees every chunk. Only when no timeout or entry of the pool is in use. */
+void hwt__pool_destroy(struct hwt__pool *pool);
+
+/* A zeroed timeout of `timer`, or NULL when memory is exhausted. */
+hwt_timeout *hwt__timeout_alloc(hwt_timer *timer);
+void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
+
+/* A queue entry, or NULL when memory is exhausted. */
+struct hwt__qentry *hwt__entry_alloc(hwt_timer *timer);
+void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry);
+
+#endif

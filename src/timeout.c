@@ -1,0 +1,231 @@
+/*
+ * timeout.c - scheduling, handle states, reference counts and cancel.
+ *
+ * Shared by all threads: every function here may run concurrently with the
+ * worker and with each other. A timeout's fate is decided by one CAS on its
+ * state, from HWT_TO_INIT to exactly one of: EXPIRED (the worker), CANCELLED
+ * (hwt_timeout_cancel; the final drain of a stop, with BY_STOP; or its own
+ * producer when it raced a stop, with REJECTED). Whoever wins counts the
+ * pending total down, exactly once.
+ *
+ * References: the caller's handle (optional) and one "in-flight" reference
+ * held by the queue, then the wheel, then whoever ends the timeout (the
+ * worker, the executor, or the stop list). The timeout's memory goes back to
+ * the timer's pool when both are gone; the timer's memory lives while any
+ * timeout of it is out of the pool.
+ */
+#include "alloc.h"
+#include "internal.h"
+
+/* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts. */
+static int reserve_pending(hwt_timer *timer)
+{
+    if (timer->max_pending <= 0) {
+        atomic_fetch_add_explicit(&timer->pending, 1, memory_order_relaxed);
+        return 0;
+    }
+    int64_t cur = atomic_load_explicit(&timer->pending, memory_order_relaxed);
+    do {
+        if (cur >= timer->max_pending) {
+            atomic_fetch_add_explicit(&timer->rejected, 1, memory_order_relaxed);
+            return HWT_EREJECTED;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&timer->pending, &cur, cur + 1,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return 0;
+}
+
+static void unreserve_pending(hwt_timer *timer)
+{
+    atomic_fetch_sub_explicit(&timer->pending, 1, memory_order_relaxed);
+}
+
+/* Wakes the worker when it plans to sleep past this deadline, or when the
+ * queue grows long (so entries recycle and the wheel stays current). */
+static void maybe_wake_for(hwt_timer *timer, int64_t deadline, uint64_t scheduled)
+{
+    if (hwt__current_worker == timer) /* it looks at the queue before sleeping */
+        return;
+    if (deadline < atomic_load(&timer->wake_before)) {
+        hwt__kick(timer);
+        return;
+    }
+    if (scheduled % HWT_BACKLOG_KICK == 0 &&
+        scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed) >=
+            HWT_BACKLOG_KICK)
+        hwt__kick(timer);
+}
+
+static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
+                    int64_t delay, hwt_unit unit, hwt_timeout **out)
+{
+    int64_t unit_ns = hwt__unit_ns(unit);
+    if (timer == NULL || run == NULL || unit_ns == 0)
+        return HWT_EINVAL;
+    int rc = hwt__timer_ensure_started(timer);
+    if (rc != 0)
+        return rc;
+    rc = reserve_pending(timer);
+    if (rc != 0)
+        return rc;
+    hwt_timeout *t = hwt__timeout_alloc(timer);
+    struct hwt__qentry *entry = t != NULL ? hwt__entry_alloc(timer) : NULL;
+    if (entry == NULL) {
+        if (t != NULL)
+            hwt__timeout_free(timer, t);
+        unreserve_pending(timer);
+        return HWT_ENOMEM;
+    }
+    t->run = run;
+    t->cancelled = cancelled;
+    t->arg = arg;
+    int64_t now = hwt__rel_now(timer);
+    int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
+    /* A past deadline fires on the next tick either way; keeping it at "now"
+     * makes lateness (start - max(deadline, scheduled)) one subtraction. */
+    t->deadline = deadline < now ? now : deadline;
+    atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
+    atomic_store_explicit(&t->state, HWT_TO_INIT, memory_order_relaxed);
+
+    hwt__fifo_push(&timer->queue, entry, t);
+
+    if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN) {
+        /* We raced a stop whose final drain may not have seen our timeout:
+         * take it back unless the drain already took it (then it was handed
+         * back or dropped, and the schedule counts as done). */
+        uint32_t expected = HWT_TO_INIT;
+        if (atomic_compare_exchange_strong(&t->state, &expected,
+                                           HWT_TO_CANCELLED | HWT_TO_REJECTED)) {
+            unreserve_pending(timer);
+            if (out != NULL)
+                hwt__timeout_unref(t); /* the queue keeps the in-flight reference */
+            return HWT_ESTOPPED;
+        }
+    }
+    uint64_t n = atomic_fetch_add_explicit(&timer->scheduled, 1, memory_order_relaxed) + 1;
+    maybe_wake_for(timer, t->deadline, n);
+    if (out != NULL)
+        *out = t;
+    return 0;
+}
+
+int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay, hwt_unit unit,
+                    hwt_timeout **timeout)
+{
+    return schedule(timer, run, NULL, arg, delay, unit, timeout);
+}
+
+int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg, int64_t delay,
+                         hwt_unit unit, hwt_timeout **timeout)
+{
+    if (task == NULL)
+        return HWT_EINVAL;
+    return schedule(timer, task->run, task->cancelled, arg, delay, unit, timeout);
+}
+
+bool hwt_timeout_cancel(hwt_timeout *timeout)
+{
+    if (timeout == NULL)
+        return false;
+    uint32_t expected = HWT_TO_INIT;
+    if (!atomic_compare_exchange_strong(&timeout->state, &expected, HWT_TO_CANCELLED))
+        return false;
+    hwt_timer *timer = hwt__timer_of(timeout);
+    unreserve_pending(timer);
+    atomic_fetch_add_explicit(&timer->cancelled, 1, memory_order_relaxed);
+    hwt__stack_push(&timer->cancels, &timeout->stack_link);
+    /* The worker unlinks it within max(tick, 100 ms); wake it only if it
+     * planned a longer sleep, and only once per sleep. */
+    if (hwt__current_worker != timer && !atomic_load(&timer->cancel_watch))
+        hwt__kick(timer);
+    return true;
+}
+
+bool hwt_timeout_is_cancelled(const hwt_timeout *timeout)
+{
+    return timeout != NULL &&
+           (atomic_load(&timeout->state) & HWT_TO_LIFE) == HWT_TO_CANCELLED;
+}
+
+bool hwt_timeout_is_expired(const hwt_timeout *timeout)
+{
+    return timeout != NULL && (atomic_load(&timeout->state) & HWT_TO_LIFE) == HWT_TO_EXPIRED;
+}
+
+hwt_timer *hwt_timeout_timer(const hwt_timeout *timeout)
+{
+    return timeout != NULL ? hwt__timer_of(timeout) : NULL;
+}
+
+hwt_task_fn hwt_timeout_task(const hwt_timeout *timeout)
+{
+    return timeout != NULL ? timeout->run : NULL;
+}
+
+void *hwt_timeout_arg(const hwt_timeout *timeout)
+{
+    return timeout != NULL ? timeout->arg : NULL;
+}
+
+void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
+{
+    int64_t late = hwt__rel_now(timer) - timeout->deadline;
+    if (late <= 0)
+        return;
+    uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);
+    while ((uint64_t)late > cur &&
+           !atomic_compare_exchange_weak_explicit(&timer->late_max_ns, &cur, (uint64_t)late,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+void hwt_timeout_run(hwt_timeout *timeout)
+{
+    if (timeout == NULL)
+        return;
+    uint32_t prev = atomic_fetch_and(&timeout->state, ~(uint32_t)HWT_TO_EXEC_ARMED);
+    if (!(prev & HWT_TO_EXEC_ARMED))
+        return;
+    hwt__record_lateness(hwt__timer_of(timeout), timeout);
+    timeout->run(timeout, timeout->arg);
+    hwt__timeout_unref(timeout);
+}
+
+void hwt__run_cancelled_callback(hwt_timeout *timeout)
+{
+    if (timeout->cancelled != NULL)
+        timeout->cancelled(timeout, timeout->arg);
+}
+
+void hwt__timeout_unref(hwt_timeout *timeout)
+{
+    uint16_t prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
+#ifdef HWT_DEBUG
+    if (prev == 0) { /* caught, reported, and ignored: the memory stays pooled */
+        atomic_fetch_add_explicit(&timeout->refs, 1, memory_order_relaxed);
+        hwt__log(hwt__timer_of(timeout), HWT_LOG_ERROR,
+                 "hwt_timeout_release: timeout %p released more often than referenced",
+                 (void *)timeout);
+        return;
+    }
+#endif
+    if (prev == 1) {
+        hwt_timer *timer = hwt__timer_of(timeout);
+        hwt__timeout_free(timer, timeout);
+    }
+}
+
+void hwt_timeout_release(hwt_timeout *timeout)
+{
+    if (timeout != NULL)
+        hwt__timeout_unref(timeout);
+}
+
+void hwt_timeouts_release(hwt_timeout **timeouts, size_t count)
+{
+    if (timeouts == NULL)
+        return;
+    for (size_t i = 0; i < count; i++)
+        hwt_timeout_release(timeouts[i]);
+    hwt__free(timeouts);
+}

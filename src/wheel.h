@@ -1,0 +1,71 @@
+/*
+ * wheel.h - the hashed wheel with overflow levels. No threads here: the
+ * wheel belongs to the worker alone (and to the stopping thread after the
+ * worker has ended). See the comment at the top of wheel.c for the design.
+ */
+#ifndef HWT_WHEEL_H
+#define HWT_WHEEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hwtimer.h"
+
+#define HWT_LEVEL_BITS 6
+#define HWT_LEVEL_SLOTS 64
+#define HWT_MAX_UPPER_LEVELS 11 /* enough for 63-bit tick numbers with a 1-bucket wheel */
+
+struct hwt__link;
+
+struct hwt__bucket {
+    struct hwt__link *head, *tail;
+};
+
+struct hwt__wheel {
+    int64_t cur;            /* the next tick to process; every earlier one is done */
+    int64_t tick_ns;
+    uint32_t bits0;         /* log2 of the level-0 length (ticks_per_wheel) */
+    uint32_t upper_levels;  /* levels above level 0 */
+    uint64_t mask0;
+    struct hwt__bucket *level0;    /* 2^bits0 buckets */
+    uint64_t *occ0;                /* one bit per level-0 bucket: non-empty */
+    size_t occ0_words;
+    struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][HWT_LEVEL_SLOTS];
+    uint64_t occ_upper[HWT_MAX_UPPER_LEVELS];
+    size_t count;           /* timeouts linked in the wheel */
+};
+
+/* Smallest power of two >= n (n in 1 .. 2^30). */
+uint32_t hwt__wheel_round_length(uint32_t n);
+
+/* 0 or HWT_ENOMEM. ticks_per_wheel is a power of two. */
+int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns);
+void hwt__wheel_free(struct hwt__wheel *wheel);
+
+/* Links a timeout (not linked) into the bucket of tick floor(deadline/tick),
+ * or of the current tick if that one is past. */
+void hwt__wheel_place(struct hwt__wheel *wheel, hwt_timeout *timeout);
+
+/* Unlinks a linked timeout. */
+void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *timeout);
+
+/* The first tick >= cur at which something must be done (a bucket with
+ * timeouts, or an overflow slot to move down); INT64_MAX if the wheel is
+ * empty. May return an earlier tick at which nothing is due (huge wheels). */
+int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel);
+
+/* Processes ticks cur .. last: for each due timeout, in tick order and within
+ * a tick in the order they were linked, unlinks it and calls expire(ctx, t).
+ * expire may not touch the wheel. Afterwards cur = last + 1. */
+void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last,
+                        void (*expire)(void *ctx, hwt_timeout *timeout), void *ctx);
+
+/* Unlinks every timeout, calling fn(ctx, t) for each. */
+void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeout *timeout),
+                      void *ctx);
+
+/* Checks the wheel's invariants (for tests): true if they hold. */
+bool hwt__wheel_check(const struct hwt__wheel *wheel);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * worker.c - the worker thread: wait for a tick's end, drain cancellations,
+ * transfer new timeouts into the wheel, expire what is due; and the final
+ * drain when the timer stops.
+ *
+ * Runs on the worker thread only (the wheel, awaiting_cancel and the stop
+ * list are its alone). It meets other threads through the queues (mpsc.h),
+ * the timeout state CAS (timeout.c) and a few atomics of the timer:
+ *
+ *   wake_before   before sleeping the worker publishes the start of the tick
+ *                 it will wake for; a producer whose deadline is earlier wakes
+ *                 it (INT64_MIN while awake: it will look at the queue anyway).
+ *   cancel_watch  1 if the worker will wake within max(tick, 100 ms) anyway;
+ *                 otherwise the first canceller wakes it.
+ *   kicked        the first waker since the worker planned its sleep sets it,
+ *                 so later ones need no system call.
+ *   wake_seq      the futex word: a waker increments it, then wakes.
+ *
+ * No lost wake-up: the worker publishes wake_before/cancel_watch, clears
+ * kicked, reads wake_seq, and only then checks the queues and the state; a
+ * waker makes its change visible (enqueue, push, SHUTDOWN) before it reads
+ * wake_before/cancel_watch and bumps wake_seq. Either the worker sees the
+ * change, or the waker sees the plan and the futex wait returns at once.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+
+#include "internal.h"
+
+_Thread_local hwt_timer *hwt__current_worker;
+
+/* ---------------------------------------------------------- cancellation */
+
+/* The queue or the wheel let go of a timeout that was not expired by us:
+ * cancelled by the user (its cancellation may not be processed yet), or taken
+ * back by its producer. Drops the in-flight reference when nothing else is
+ * owed. */
+static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
+{
+    t->wflags |= HWT_W_RELEASED;
+    if ((atomic_load(&t->state) & HWT_TO_REJECTED) || (t->wflags & HWT_W_CANCEL_DONE))
+        hwt__timeout_unref(t);
+    else
+        timer->awaiting_cancel++; /* process_cancels drops it */
+}
+
+/* Unlinks cancelled timeouts and calls their cancelled callbacks, in the
+ * order they were cancelled. Returns how many. */
+static size_t process_cancels(hwt_timer *timer)
+{
+    ck_stack_entry_t *e = hwt__stack_take_all(&timer->cancels);
+    ck_stack_entry_t *oldest_first = NULL;
+    while (e != NULL) {
+        ck_stack_entry_t *next = e->next;
+        e->next = oldest_first;
+        oldest_first = e;
+        e = next;
+    }
+    size_t n = 0;
+    for (e = oldest_first; e != NULL; n++) {
+        ck_stack_entry_t *next = e->next;
+        hwt_timeout *t = hwt__timeout_of_stack(e);
+        t->wflags |= HWT_W_CANCEL_DONE;
+        if (t->wflags & HWT_W_LINKED) {
+            hwt__wheel_unlink(&timer->wheel, t);
+            t->wflags |= HWT_W_RELEASED;
+            hwt__run_cancelled_callback(t);
+            hwt__timeout_unref(t);
+        } else if (t->wflags & HWT_W_RELEASED) {
+            timer->awaiting_cancel--;
+            hwt__run_cancelled_callback(t);
+            hwt__timeout_unref(t);
+        } else {
+            /* Still in the queue: transfer will see it cancelled and drop it. */
+            hwt__run_cancelled_callback(t);
+        }
+        e = next;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------- transfer */
+
+/* Moves up to `budget` new timeouts from the queue into the wheel. */
+static uint32_t transfer(hwt_timer *timer, uint32_t budget)
+{
+    uint32_t n = 0;
+    while (n < budget) {
+        struct hwt__qentry *garbage;
+        hwt_timeout *t = hwt__fifo_pop(&timer->queue, &garbage);
+        if (t == NULL)
+            break;
+        hwt__entry_free(timer, garbage);
+        n++;
+        if ((atomic_load(&t->state) & HWT_TO_LIFE) == HWT_TO_INIT)
+            hwt__wheel_place(&timer->wheel, t);
+        else
+            let_go_cancelled(timer, t);
+    }
+    if (n > 0)
+        atomic_store_explicit(&timer->transferred,
+                              atomic_load_explicit(&timer->transferred, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+    return n;
+}
+
+/* ---------------------------------------------------------- expiry */
+
+/* Called by the wheel for each due timeout, already unlinked. */
+static void expire(void *ctx, hwt_timeout *t)
+{
+    hwt_timer *timer = ctx;
+    uint32_t expected = HWT_TO_INIT;
+    uint32_t target = HWT_TO_EXPIRED | (timer->executor != NULL ? HWT_TO_EXEC_ARMED : 0);
+    if (!atomic_compare_exchange_strong(&t->state, &expected, target)) {
+        let_go_cancelled(timer, t);
+        return;
+    }
+    t->wflags |= HWT_W_RELEASED;
+    /* Count down before the task runs: it sees the count without itself. */
+    atomic_fetch_sub_explicit(&timer->pending, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&timer->expired, 1, memory_order_relaxed);
+    if (timer->executor != NULL) {
+        timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
+        return;
+    }
+    hwt__record_lateness(timer, t);
+    t->run(t, t->arg);
+    hwt__timeout_unref(t);
+}
+
+/* ---------------------------------------------------------- the loop */
+
+static uint64_t load_relaxed_u64(_Atomic uint64_t *p)
+{
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+
+static void run_loop(hwt_timer *timer)
+{
+    struct hwt__wheel *wheel = &timer->wheel;
+    const int64_t tick = timer->tick_ns;
+
+    while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
+        int64_t now = hwt__rel_now(timer);
+        size_t cancels = process_cancels(timer);
+        uint32_t moved = transfer(timer, timer->max_transfers);
+        int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
+        if (last_elapsed >= wheel->cur)
+            hwt__wheel_advance(wheel, last_elapsed, expire, timer);
+
+        /* Plan: the next tick with work, sooner if the transfer budget ran
+         * out (more next tick) or cancels are flowing (keep waking within
+         * max(tick, 100 ms) so cancellers need not wake us each time). */
+        int64_t next = hwt__wheel_next_event(wheel);
+        bool more_queued = moved == timer->max_transfers;
+        if (more_queued && next > wheel->cur)
+            next = wheel->cur;
+        if (cancels > 0) {
+            int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
+            if (cap < next)
+                next = cap;
+        }
+        int64_t wake_rel = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, tick);
+        bool soon = wake_rel - now <= timer->cancel_latency_ns;
+
+        atomic_store(&timer->wake_before, next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, tick));
+        atomic_store(&timer->cancel_watch, soon);
+        atomic_store(&timer->kicked, 0);
+        uint32_t key = atomic_load(&timer->wake_seq);
+        if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
+            break;
+        bool work_waiting = !hwt__stack_is_empty(&timer->cancels) ||
+                            (!more_queued && !hwt__fifo_is_empty(&timer->queue));
+        if (!work_waiting) {
+            int64_t until =
+                wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);
+            if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
+                atomic_store_explicit(&timer->wakeups, load_relaxed_u64(&timer->wakeups) + 1,
+                                      memory_order_relaxed);
+        }
+        atomic_store(&timer->wake_before, INT64_MIN);
+    }
+}
+
+/* ---------------------------------------------------------- final drain */
+
+/* Marks a not-yet-ended timeout cancelled by the stop and keeps it. */
+static void take_for_stop(void *ctx, hwt_timeout *t)
+{
+    hwt_timer *timer = ctx;
+    uint32_t expected = HWT_TO_INIT;
+    if (!atomic_compare_exchange_strong(&t->state, &expected,
+                                        HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
+        let_go_cancelled(timer, t);
+        return;
+    }
+    t->wflags |= HWT_W_RELEASED;
+    t->link.next = timer->stop_list;
+    timer->stop_list = &t->link;
+    timer->stop_count++;
+}
+
+/* Ends every timeout the timer still holds. Runs on the worker after the
+ * loop saw SHUTDOWN: after it, no timeout of this timer can be cancelled or
+ * expired any more, and every cancelled callback owed has been called. */
+static void final_drain(hwt_timer *timer)
+{
+    hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
+    struct hwt__qentry *garbage;
+    hwt_timeout *t;
+    while ((t = hwt__fifo_pop(&timer->queue, &garbage)) != NULL) {
+        hwt__entry_free(timer, garbage);
+        take_for_stop(timer, t);
+    }
+    /* A canceller may have won its CAS just before we marked the timeout
+     * and not pushed it yet: wait for every cancellation we let go of. */
+    process_cancels(timer);
+    while (timer->awaiting_cancel > 0) {
+        sched_yield();
+        process_cancels(timer);
+    }
+    atomic_fetch_sub(&timer->pending, (int64_t)timer->stop_count);
+    atomic_fetch_add(&timer->cancelled, timer->stop_count);
+    if (timer->stop_mode == HWT_STOP_DROP) {
+        struct hwt__link *node = timer->stop_list;
+        while (node != NULL) {
+            struct hwt__link *next = node->next;
+            t = hwt__timeout_of_link(node);
+            hwt__run_cancelled_callback(t);
+            hwt__timeout_unref(t);
+            node = next;
+        }
+        timer->stop_list = NULL;
+        timer->stop_count = 0;
+    }
+}
+
+void *hwt__worker_main(void *arg)
+{
+    hwt_timer *timer = arg;
+    hwt__current_worker = timer;
+    pthread_setname_np(pthread_self(), timer->thread_name);
+    if (timer->sleep_mode == HWT_SLEEP_PRECISE)
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake on time, not 50 us late */
+
+    pthread_mutex_lock(&timer->lifecycle_lock);
+    timer->start_ns = hwt__now_ns();
+    timer->worker_ready = true;
+    pthread_cond_broadcast(&timer->started_cond);
+    pthread_mutex_unlock(&timer->lifecycle_lock);
+
+    run_loop(timer);
+    final_drain(timer);
+    return NULL;
+}

@@ -1,0 +1,157 @@
+/* helpers.c - see helpers.h. */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t hwtt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void hwtt_sleep_us(int64_t us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+void hwtt_sleep_ms(int64_t ms)
+{
+    hwtt_sleep_us(ms * 1000);
+}
+
+static void watchdog_fired(int sig)
+{
+    (void)sig;
+    static const char msg[] = "hwtt watchdog: test took too long, aborting\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(99);
+}
+
+void hwtt_watchdog(unsigned seconds)
+{
+    signal(SIGALRM, watchdog_fired);
+    alarm(seconds);
+}
+
+hwt_timer *hwtt_timer_opts(const hwt_options *options)
+{
+    hwt_timer *timer = NULL;
+    int rc = hwt_timer_create(&timer, options);
+    assert_int_equal(rc, 0);
+    assert_non_null(timer);
+    return timer;
+}
+
+hwt_timer *hwtt_timer(uint64_t tick, hwt_unit unit, uint32_t ticks_per_wheel)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = tick;
+    o.tick_unit = unit;
+    o.ticks_per_wheel = ticks_per_wheel;
+    return hwtt_timer_opts(&o);
+}
+
+void hwtt_log_cb(void *ctx, hwt_log_level level, const char *message)
+{
+    hwtt_log *log = ctx;
+    if ((int)level >= 0 && (int)level < 4)
+        atomic_fetch_add(&log->count[level], 1);
+    snprintf(log->last, sizeof log->last, "%s", message);
+}
+
+void hwtt_count_task(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* ---- time-bound scaling and timer cleanup ---- */
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HWTT_TSAN 1
+#endif
+#if __has_feature(address_sanitizer)
+#define HWTT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(HWTT_TSAN)
+#define HWTT_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(HWTT_ASAN)
+#define HWTT_ASAN 1
+#endif
+
+int64_t hwtt_slowdown(void)
+{
+    static int64_t cached;
+    if (cached > 0)
+        return cached;
+    int64_t factor = 1;
+    const char *env = getenv("HWT_TEST_SLOWDOWN");
+    const char *preload = getenv("LD_PRELOAD");
+    if (env != NULL && atoll(env) >= 1)
+        factor = atoll(env);
+    else if (preload != NULL && strstr(preload, "vgpreload") != NULL)
+        factor = 20; /* valgrind preloads its vgpreload_*.so into the client */
+    else {
+#if defined(HWTT_TSAN)
+        factor = 10;
+#elif defined(HWTT_ASAN)
+        factor = 4;
+#endif
+    }
+    cached = factor;
+    return factor;
+}
+
+int64_t hwtt_slack_ms(int64_t ms)
+{
+    return ms * hwtt_slowdown();
+}
+
+#define HWTT_MAX_TRACKED 64
+static hwt_timer *hwtt_tracked[HWTT_MAX_TRACKED];
+
+hwt_timer *hwtt_track(hwt_timer *timer)
+{
+    for (int i = 0; i < HWTT_MAX_TRACKED; i++) {
+        if (hwtt_tracked[i] == NULL) {
+            hwtt_tracked[i] = timer;
+            return timer;
+        }
+    }
+    fail_msg("hwtt_track: more than %d timers tracked", HWTT_MAX_TRACKED);
+    return timer;
+}
+
+void hwtt_destroy(hwt_timer *timer)
+{
+    for (int i = 0; i < HWTT_MAX_TRACKED; i++)
+        if (hwtt_tracked[i] == timer)
+            hwtt_tracked[i] = NULL;
+    hwt_timer_destroy(timer);
+}
+
+int hwtt_teardown_timers(void **state)
+{
+    (void)state;
+    for (int i = 0; i < HWTT_MAX_TRACKED; i++) {
+        if (hwtt_tracked[i] != NULL) {
+            hwt_timer_destroy(hwtt_tracked[i]);
+            hwtt_tracked[i] = NULL;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * helpers.h - shared by the cmocka suites: deadlines, watchdog, small timers.
+ *
+ * Tests wait on conditions with a deadline (hwtt_wait_until), never on bare
+ * sleeps. Every suite arms hwtt_watchdog() in main() so a hang fails loudly
+ * even without CTest's TIMEOUT.
+ */
+#ifndef HWT_TEST_HELPERS_H
+#define HWT_TEST_HELPERS_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "hwtimer.h"
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t hwtt_now_ns(void);
+
+/* Sleeps about ms milliseconds (only to let time pass, never to decide a result). */
+void hwtt_sleep_ms(int64_t ms);
+
+/* Kills the process with a message after `seconds` (SIGALRM). Call in main(). */
+void hwtt_watchdog(unsigned seconds);
+
+/* Polls cond (a C expression) every 200 us until it is true or timeout_ms
+ * passed; evaluates to the final value of cond. */
+#define hwtt_wait_until(cond, timeout_ms)                                          \
+    ({                                                                             \
+        int64_t hwtt_deadline_ = hwtt_now_ns() + (int64_t)(timeout_ms) * 1000000;  \
+        bool hwtt_ok_;                                                             \
+        while (!(hwtt_ok_ = (cond)) && hwtt_now_ns() < hwtt_deadline_)             \
+            hwtt_sleep_us(200);                                                    \
+        hwtt_ok_;                                                                  \
+    })
+
+void hwtt_sleep_us(int64_t us);
+
+/* Creates a timer with the given tick and wheel size (other options default);
+ * fails the test if creation fails. */
+hwt_timer *hwtt_timer(uint64_t tick, hwt_unit unit, uint32_t ticks_per_wheel);
+
+/* Creates a timer from options; fails the test if creation fails. */
+hwt_timer *hwtt_timer_opts(const hwt_options *options);
+
+/* A log callback that counts messages per level into a hwtt_log (log_ctx). */
+typedef struct hwtt_log {
+    atomic_int count[4];
+    char last[256];
+} hwtt_log;
+void hwtt_log_cb(void *ctx, hwt_log_level level, const char *message);
+
+/* A task that increments the atomic_int that arg points to. */
+void hwtt_count_task(hwt_timeout *timeout, void *arg);
+
+/* ---- time-bound scaling and timer cleanup (added for the timing suites) ---- */
+
+/* Multiplier for upper time bounds (never for lower bounds): HWT_TEST_SLOWDOWN
+ * (an integer >= 1) if set; otherwise 20 under valgrind, 10 under TSan, 4 under
+ * ASan, 1 otherwise. */
+int64_t hwtt_slowdown(void);
+
+/* ms * hwtt_slowdown(): a generous upper-bound allowance in milliseconds. */
+int64_t hwtt_slack_ms(int64_t ms);
+
+/* Remembers `timer` (returned as is) so that hwtt_teardown_timers() destroys it
+ * if the test fails before destroying it itself. Test thread only. */
+hwt_timer *hwtt_track(hwt_timer *timer);
+
+/* hwt_timer_destroy(timer) and forget it. Test thread only. */
+void hwtt_destroy(hwt_timer *timer);
+
+/* A cmocka teardown: destroys every timer still tracked. Returns 0. */
+int hwtt_teardown_timers(void **state);
+
+#endif
