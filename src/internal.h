@@ -113,7 +113,7 @@ struct hwt_timer {
     pthread_cond_t started_cond;
     pthread_t thread;
     _Atomic bool worker_ready;   /* written under lifecycle_lock, read by stats */
-    int stop_mode;
+    _Atomic int stop_mode;       /* HWT_STOP_*, set before SHUTDOWN is published */
 };
 
 /* The timer whose worker is the calling thread, or NULL. */

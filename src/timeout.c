@@ -83,8 +83,13 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
     /* A past deadline fires on the next tick either way; keeping it at "now"
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
-    t->deadline = deadline < now ? now : deadline;
-    atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
+    if (deadline < now)
+        deadline = now;
+    t->deadline = deadline;
+    /* The queue's in-flight reference, and ours: once published the timeout
+     * may run and be recycled at any moment, so we hold it until we return
+     * (it becomes the caller's handle, or we drop it). */
+    atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
     atomic_store_explicit(&t->state, HWT_TO_INIT, memory_order_relaxed);
 
     hwt__fifo_push(&timer->queue, entry, t);
@@ -97,15 +102,16 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         if (atomic_compare_exchange_strong(&t->state, &expected,
                                            HWT_TO_CANCELLED | HWT_TO_REJECTED)) {
             unreserve_pending(timer);
-            if (out != NULL)
-                hwt__timeout_unref(t); /* the queue keeps the in-flight reference */
+            hwt__timeout_unref(t); /* the queue keeps the in-flight reference */
             return HWT_ESTOPPED;
         }
     }
     uint64_t n = atomic_fetch_add_explicit(&timer->scheduled, 1, memory_order_relaxed) + 1;
-    maybe_wake_for(timer, t->deadline, n);
+    maybe_wake_for(timer, deadline, n);
     if (out != NULL)
         *out = t;
+    else
+        hwt__timeout_unref(t);
     return 0;
 }
 

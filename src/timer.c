@@ -275,9 +275,11 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
+    /* The worker reads the mode once it sees SHUTDOWN: set it first. No
+     * worker runs unless the state is STARTED (earlier stops have joined). */
+    atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
     int prev = atomic_exchange(&timer->state, HWT_STATE_SHUTDOWN);
     if (prev == HWT_STATE_STARTED) {
-        timer->stop_mode = want_list ? HWT_STOP_LIST : HWT_STOP_DROP;
         atomic_fetch_add(&timer->wake_seq, 1);
         hwt__wake(&timer->wake_seq);
         pthread_join(timer->thread, NULL);

@@ -224,7 +224,7 @@ static void final_drain(hwt_timer *timer)
     }
     atomic_fetch_sub(&timer->pending, (int64_t)timer->stop_count);
     atomic_fetch_add(&timer->cancelled, timer->stop_count);
-    if (timer->stop_mode == HWT_STOP_DROP) {
+    if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP) {
         struct hwt__link *node = timer->stop_list;
         while (node != NULL) {
             struct hwt__link *next = node->next;
