@@ -112,6 +112,7 @@ struct hwt_timer {
     pthread_mutex_t lifecycle_lock;
     pthread_cond_t started_cond;
     pthread_t thread;
+    bool spawned;                /* a worker was created and not joined yet */
     _Atomic bool worker_ready;   /* written under lifecycle_lock, read by stats */
     _Atomic int stop_mode;       /* HWT_STOP_*, set before SHUTDOWN is published */
 };

@@ -186,21 +186,24 @@ int hwt__timer_ensure_started(hwt_timer *timer)
         return HWT_ESTOPPED;
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
-    state = atomic_load(&timer->state);
-    if (state == HWT_STATE_SHUTDOWN) {
-        rc = HWT_ESTOPPED;
-    } else if (state == HWT_STATE_INIT) {
+    if (!timer->spawned && atomic_load(&timer->state) == HWT_STATE_INIT) {
         int err = spawn_worker(timer);
         if (err != 0) {
             hwt__log(timer, HWT_LOG_ERROR, "cannot create the worker thread: %s",
                      strerror(err));
-            rc = HWT_ESYS;
-        } else {
-            while (!timer->worker_ready) /* the start latch */
-                pthread_cond_wait(&timer->started_cond, &timer->lifecycle_lock);
-            atomic_store_explicit(&timer->state, HWT_STATE_STARTED, memory_order_release);
+            pthread_mutex_unlock(&timer->lifecycle_lock);
+            return HWT_ESYS;
         }
+        timer->spawned = true;
     }
+    /* The start latch. The wait releases the lock: other starters wait here
+     * too (spawned is set), and a stop may come in and join. */
+    while (timer->spawned && !timer->worker_ready)
+        pthread_cond_wait(&timer->started_cond, &timer->lifecycle_lock);
+    int expected = HWT_STATE_INIT;
+    if (!atomic_compare_exchange_strong(&timer->state, &expected, HWT_STATE_STARTED) &&
+        expected == HWT_STATE_SHUTDOWN)
+        rc = HWT_ESTOPPED;
     pthread_mutex_unlock(&timer->lifecycle_lock);
     return rc;
 }
@@ -276,13 +279,14 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
     /* The worker reads the mode once it sees SHUTDOWN: set it first. No
-     * worker runs unless the state is STARTED (earlier stops have joined). */
+     * worker runs unless one was spawned and not joined yet. */
     atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
-    int prev = atomic_exchange(&timer->state, HWT_STATE_SHUTDOWN);
-    if (prev == HWT_STATE_STARTED) {
+    atomic_store(&timer->state, HWT_STATE_SHUTDOWN);
+    if (timer->spawned) { /* running, or still starting: it will see SHUTDOWN */
         atomic_fetch_add(&timer->wake_seq, 1);
         hwt__wake(&timer->wake_seq);
         pthread_join(timer->thread, NULL);
+        timer->spawned = false;
     }
     /* After the join (or a failed hand-back earlier) the list is ours. */
     if (want_list)
