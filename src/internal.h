@@ -114,6 +114,7 @@ struct hwt_timer {
     pthread_t thread;
     bool spawned;                /* a worker was created and not joined yet */
     _Atomic bool worker_ready;   /* written under lifecycle_lock, read by stats */
+    _Atomic bool stopped;        /* a stop has completed: nothing is pending */
     _Atomic int stop_mode;       /* HWT_STOP_*, set before SHUTDOWN is published */
 };
 

@@ -288,6 +288,9 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
         pthread_join(timer->thread, NULL);
         timer->spawned = false;
     }
+    /* Nothing can be pending any more; a producer that raced the stop may
+     * still hold a reservation it is about to roll back: readers say 0. */
+    atomic_store(&timer->stopped, true);
     /* After the join (or a failed hand-back earlier) the list is ours. */
     if (want_list)
         rc = hand_back(timer, unprocessed, count);
@@ -346,11 +349,18 @@ void hwt__timer_unref(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- stats */
 
+static int64_t read_pending(hwt_timer *timer)
+{
+    if (atomic_load(&timer->stopped))
+        return 0;
+    return atomic_load_explicit(&timer->pending, memory_order_relaxed);
+}
+
 int64_t hwt_pending_timeouts(const hwt_timer *timer)
 {
     if (timer == NULL)
         return HWT_EINVAL;
-    return atomic_load_explicit(&((hwt_timer *)timer)->pending, memory_order_relaxed);
+    return read_pending((hwt_timer *)timer);
 }
 
 void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
@@ -359,7 +369,7 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
         return;
     hwt_timer *timer = (hwt_timer *)ctimer;
     memset(stats, 0, sizeof *stats);
-    stats->pending = atomic_load(&timer->pending);
+    stats->pending = read_pending(timer);
     stats->scheduled = atomic_load(&timer->scheduled);
     stats->expired = atomic_load(&timer->expired);
     stats->cancelled = atomic_load(&timer->cancelled);

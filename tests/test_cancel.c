@@ -21,11 +21,11 @@
 typedef struct rec {
     atomic_int ran;
     atomic_int cancelled;
-    atomic_int off_worker;      /* callbacks (run or cancelled) not on `worker` */
+    atomic_int off_worker;        /* callbacks (run or cancelled) not on `worker` */
     _Atomic int64_t cancelled_ns; /* when the cancelled callback ran */
 } rec;
 
-static pthread_t worker;           /* written before worker_known */
+static pthread_t worker; /* written before worker_known */
 static atomic_bool worker_known;
 
 static void note_thread(rec *r)
@@ -176,8 +176,7 @@ static void cancel_while_idle(uint64_t tick, hwt_unit unit, int64_t allowed_ms)
     stop_expect_empty(t);
     hwt_timeout_release(h);
     if (!called)
-        fail_msg("cancelled callback not called within %lld ms",
-                 (long long)(allowed_ms + 2000));
+        fail_msg("cancelled callback not called within %lld ms", (long long)(allowed_ms + 2000));
     print_message("  tick %llu (unit %d): cancelled callback after %lld ms\n",
                   (unsigned long long)tick, (int)unit, (long long)latency_ms);
     assert_true(latency_ms <= allowed_ms + 2000);
@@ -481,9 +480,8 @@ static void test_cancel_near_deadline_never_runs(void **state)
     learn_worker(t);
     unsigned seed = 12345;
     for (int i = 0; i < NEAR; i++) {
-        assert_int_equal(hwt_new_timeout_task(t, &rec_task, &near_rec[i], 2, HWT_MILLISECONDS,
-                                              &near_h[i]),
-                         0);
+        assert_int_equal(
+            hwt_new_timeout_task(t, &rec_task, &near_rec[i], 2, HWT_MILLISECONDS, &near_h[i]), 0);
         hwtt_sleep_us(rand_r(&seed) % 4000);
         near_cancel[i] = hwt_timeout_cancel(near_h[i]);
     }

@@ -372,8 +372,7 @@ static void chaining_task(hwt_timeout *timeout, void *arg)
     (void)arg;
     int k = atomic_fetch_add(&chained, 1) + 1;
     if (k < 20)
-        hwt_new_timeout(hwt_timeout_timer(timeout), chaining_task, NULL, 0, HWT_MILLISECONDS,
-                        NULL);
+        hwt_new_timeout(hwt_timeout_timer(timeout), chaining_task, NULL, 0, HWT_MILLISECONDS, NULL);
 }
 
 static void test_inline_executor(void **state)
@@ -386,8 +385,7 @@ static void test_inline_executor(void **state)
     atomic_store(&chained, 0);
     hwt_timer *t = exec_timer(1, inline_exec_once, NULL);
     for (int i = 0; i < N3; i++)
-        assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r3[i], i % 10, HWT_MILLISECONDS,
-                                              NULL),
+        assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r3[i], i % 10, HWT_MILLISECONDS, NULL),
                          0);
     assert_int_equal(hwt_new_timeout(t, chaining_task, NULL, 0, HWT_MILLISECONDS, NULL), 0);
     bool all = hwtt_wait_until(sum_ran(r3, N3) == N3 && atomic_load(&chained) == 20, 10000);
@@ -426,8 +424,8 @@ static void test_executor_holds_across_stop_and_destroy(void **state)
     hwt_timer *t = exec_timer(1, q_exec, &q);
     assert_int_equal(hwt_new_timeout_task(t, &rec_task, &far, 1, HWT_HOURS, NULL), 0);
     for (int i = 0; i < N4; i++)
-        assert_int_equal(
-            hwt_new_timeout_task(t, &rec_task, &r4[i], i % 3, HWT_MILLISECONDS, NULL), 0);
+        assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r4[i], i % 3, HWT_MILLISECONDS, NULL),
+                         0);
     bool received = hwtt_wait_until(atomic_load(&q.received) == N4, 5000);
 
     hwt_timeout **list = NULL;

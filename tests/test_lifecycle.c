@@ -300,8 +300,7 @@ static void test_start_failure_esys(void **state)
     /* may be retried: fails the same way, logged again, still nothing pending */
     assert_int_equal(hwt_timer_start(t), HWT_ESYS);
     assert_true(atomic_load(&log.count[HWT_LOG_ERROR]) > errors1);
-    assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, 1, HWT_MILLISECONDS, NULL),
-                     HWT_ESYS);
+    assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, 1, HWT_MILLISECONDS, NULL), HWT_ESYS);
     assert_int_equal(hwt_pending_timeouts(t), 0);
     assert_int_equal(threads_named("hwt-lc-esys"), 0);
 
@@ -335,8 +334,7 @@ static void test_stop_never_started(void **state)
     hwt_timeout *h = NULL;
     assert_int_equal(hwt_new_timeout(t, cnt_run, &c, 1, HWT_MILLISECONDS, &h), HWT_ESTOPPED);
     assert_null(h);
-    assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, 1, HWT_MILLISECONDS, &h),
-                     HWT_ESTOPPED);
+    assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, 1, HWT_MILLISECONDS, &h), HWT_ESTOPPED);
     assert_null(h);
     assert_int_equal(hwt_timer_start(t), HWT_ESTOPPED);
     assert_int_equal(hwt_pending_timeouts(t), 0);
@@ -519,15 +517,13 @@ static void test_concurrent_stops(void **state)
         memset(&c, 0, sizeof c);
         hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 64);
         for (int i = 0; i < N; i++)
-            assert_int_equal(
-                hwt_new_timeout_task(t, &cnt_task, &c, FAR_HOURS, HWT_HOURS, NULL), 0);
+            assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, FAR_HOURS, HWT_HOURS, NULL), 0);
         pthread_barrier_t bar;
         pthread_barrier_init(&bar, NULL, 2);
         stopper st[2];
         pthread_t th[2];
         for (int i = 0; i < 2; i++) {
-            st[i] = (stopper){.t = t, .bar = &bar, .rc = -1, .list = (hwt_timeout **)&c,
-                              .n = 9999};
+            st[i] = (stopper){.t = t, .bar = &bar, .rc = -1, .list = (hwt_timeout **)&c, .n = 9999};
             assert_int_equal(pthread_create(&th[i], NULL, stop_thread, &st[i]), 0);
         }
         for (int i = 0; i < 2; i++)
@@ -568,8 +564,7 @@ static void drop_pending(bool use_destroy)
     hwt_timeout *h[H];
     for (int i = 0; i < N; i++)
         assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, i % 2 ? FAR_HOURS : 1,
-                                              i % 2 ? HWT_HOURS : HWT_DAYS,
-                                              i < H ? &h[i] : NULL),
+                                              i % 2 ? HWT_HOURS : HWT_DAYS, i < H ? &h[i] : NULL),
                          0);
     assert_int_equal(hwt_pending_timeouts(t), N);
     if (use_destroy) {
@@ -688,8 +683,8 @@ static void test_worker_blocks_all_signals(void **state)
     /* as the kernel sees it (not SIGRTMAX: valgrind keeps that one for itself) */
     assert_int_equal(rc, 0);
     unsigned long long blk = strtoull(sigblk, NULL, 16);
-    const int must[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,  SIGUSR2,
-                        SIGPIPE, SIGALRM, SIGTERM, SIGCHLD, SIGRTMIN, SIGRTMIN + 1};
+    const int must[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,  SIGUSR2,     SIGPIPE,
+                        SIGALRM, SIGTERM, SIGCHLD, SIGRTMIN, SIGRTMIN + 1};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         if (!(blk & (1ull << (must[i] - 1))))
             fail_msg("SigBlk %s: signal %d not blocked", sigblk, must[i]);

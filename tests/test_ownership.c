@@ -23,7 +23,7 @@ typedef struct fate {
     atomic_int cancelled; /* cancelled callback calls */
     atomic_int handed;    /* found in a stop list */
     atomic_int cancel_true;
-    atomic_int rc;        /* result of the scheduling call */
+    atomic_int rc; /* result of the scheduling call */
     atomic_int attempted;
 } fate;
 
@@ -194,8 +194,8 @@ static void test_handles_valid_after_stop_and_destroy(void **state)
     assert_int_equal(hwt_new_timeout_task(t, &fate_task, &fb, 1, HWT_MILLISECONDS, &b), 0);
     assert_int_equal(hwt_new_timeout_task(t, &fate_task, &fc, 1, HWT_HOURS, &c), 0);
     assert_true(hwt_timeout_cancel(c));
-    assert_true(hwtt_wait_until(atomic_load(&fb.ran) == 1 && atomic_load(&fc.cancelled) == 1,
-                                5000));
+    assert_true(
+        hwtt_wait_until(atomic_load(&fb.ran) == 1 && atomic_load(&fc.cancelled) == 1, 5000));
 
     hwt_timeout **list = NULL;
     size_t n = 0;
@@ -275,9 +275,8 @@ static void test_handles_outlive_destroy(void **state)
     memset(f, 0, sizeof f);
     hwt_timer *t = hwtt_timer(10, HWT_MILLISECONDS, 64);
     for (int i = 0; i < 8; i++)
-        assert_int_equal(hwt_new_timeout_task(t, &fate_task, &f[i], i < 4 ? 0 : 1, HWT_HOURS,
-                                              &late_h[i]),
-                         0);
+        assert_int_equal(
+            hwt_new_timeout_task(t, &fate_task, &f[i], i < 4 ? 0 : 1, HWT_HOURS, &late_h[i]), 0);
     assert_true(hwtt_wait_until(({
                                     int r = 0;
                                     for (int i = 0; i < 4; i++)
@@ -407,8 +406,8 @@ static void chain_task(hwt_timeout *timeout, void *arg)
     int len = atomic_fetch_add(&chain_len, 1) + 1;
     if (len < CHAIN) {
         hwt_timeout *h = NULL;
-        int rc = hwt_new_timeout(t, chain_task, NULL, len % 3, HWT_MILLISECONDS,
-                                 len % 2 ? &h : NULL);
+        int rc =
+            hwt_new_timeout(t, chain_task, NULL, len % 3, HWT_MILLISECONDS, len % 2 ? &h : NULL);
         if (rc != 0)
             atomic_fetch_add(&chain_bad_rc, 1);
         hwt_timeout_release(h);
@@ -524,16 +523,15 @@ static void schedule_while_stopping(bool with_list)
         mark_handed(list, n);
         hwt_timeouts_release(list, n);
     }
-    bool settled = hwtt_wait_until(({
-                                       bool ok = true;
-                                       for (int p = 0; p < PRODUCERS && ok; p++)
-                                           for (int k = 0; k < atomic_load(&prod_attempts[p]) && ok;
-                                                k++)
-                                               ok = atomic_load(&prod_fate[p][k].rc) != 0 ||
-                                                    fate_total(&prod_fate[p][k]) >= 1;
-                                       ok;
-                                   }),
-                                   5000);
+    bool settled = hwtt_wait_until(
+        ({
+            bool ok = true;
+            for (int p = 0; p < PRODUCERS && ok; p++)
+                for (int k = 0; k < atomic_load(&prod_attempts[p]) && ok; k++)
+                    ok = atomic_load(&prod_fate[p][k].rc) != 0 || fate_total(&prod_fate[p][k]) >= 1;
+            ok;
+        }),
+        5000);
     hwt_stats s;
     hwt_timer_stats(prod_timer, &s);
     hwt_timer_destroy(prod_timer);
