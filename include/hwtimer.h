@@ -52,14 +52,19 @@ extern "C" {
 
 /* ---------------------------------------------------------------- errors */
 
-#define HWT_EINVAL (-EINVAL)    /* NULL where an object is required, out-of-range
-                                   option or enum, one stop out-pointer without the other */
-#define HWT_ENOMEM (-ENOMEM)    /* allocation failed; nothing scheduled, nothing leaked */
-#define HWT_EREJECTED (-10001)  /* max_pending_timeouts would be exceeded */
-#define HWT_ESTOPPED (-10002)   /* the timer was stopped */
-#define HWT_EDEADLK (-EDEADLK)  /* hwt_stop() from the timer's own worker thread */
-#define HWT_ESYS (-10003)       /* the worker thread could not be created (logged);
-                                   the call may be retried */
+/* NULL where an object is required, an out-of-range option or enum, or one
+ * hwt_stop out-pointer without the other. */
+#define HWT_EINVAL (-EINVAL)
+/* An allocation failed; nothing was scheduled and nothing leaked. */
+#define HWT_ENOMEM (-ENOMEM)
+/* max_pending_timeouts would be exceeded (Netty's RejectedExecutionException). */
+#define HWT_EREJECTED (-10001)
+/* The timer was stopped (Netty's "cannot be started once stopped"). */
+#define HWT_ESTOPPED (-10002)
+/* hwt_stop() called from the timer's own worker thread (from a task). */
+#define HWT_EDEADLK (-EDEADLK)
+/* The worker thread could not be created (the cause is logged); retry later. */
+#define HWT_ESYS (-10003)
 
 /* A static, distinct text for each code above ("unknown error" otherwise).
  * Any thread. */
@@ -123,17 +128,17 @@ typedef struct hwt_task {
 } hwt_task;
 
 typedef struct hwt_options {
-    uint64_t tick_duration;          /* 100 */
-    hwt_unit tick_unit;              /* HWT_MILLISECONDS */
-    uint32_t ticks_per_wheel;        /* 512; rounded up to a power of two; 1 .. 2^30 */
-    int64_t max_pending_timeouts;    /* -1; <= 0 means unlimited */
-    uint32_t max_transfers_per_tick; /* 100000; new timeouts moved into the wheel
-                                        per worker wake-up; >= 1 */
-    hwt_sleep_mode sleep_mode;       /* HWT_SLEEP_DEFAULT */
+    uint64_t tick_duration;            /* 100 */
+    hwt_unit tick_unit;                /* HWT_MILLISECONDS */
+    uint32_t ticks_per_wheel;          /* 512; rounded up to a power of two; 1 .. 2^30 */
+    int64_t max_pending_timeouts;      /* -1; <= 0 means unlimited */
+    uint32_t max_transfers_per_tick;   /* 100000; new timeouts moved into the wheel
+                                          per worker wake-up; >= 1 */
+    hwt_sleep_mode sleep_mode;         /* HWT_SLEEP_DEFAULT */
     const pthread_attr_t *thread_attr; /* NULL: defaults. Must be joinable (a detached
                                           attr is HWT_EINVAL) and stay valid until the
                                           worker has started. */
-    const char *thread_name;         /* "hwtimer"; copied; Linux keeps 15 bytes */
+    const char *thread_name;           /* "hwtimer"; copied; Linux keeps 15 bytes */
     /* NULL: tasks run on the worker (Netty's ImmediateExecutor). Otherwise the
      * worker calls executor(executor_ctx, timeout) for each expired timeout; the
      * executor owns one reference and must call hwt_timeout_run() exactly once,

@@ -58,8 +58,7 @@ static struct timespec to_timespec(int64_t ns)
     return ts;
 }
 
-bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected,
-                int64_t until_ns)
+bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected, int64_t until_ns)
 {
     uint32_t *addr = (uint32_t *)word;
     if (until_ns == INT64_MAX) {
@@ -74,8 +73,8 @@ bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected,
         syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, &abs, NULL,
                 FUTEX_BITSET_MATCH_ANY);
     } else {
-        struct timespec rel = to_timespec(hwt__sat_mul(hwt__sleep_ms(mode, remaining),
-                                                       HWT_NS_PER_MS));
+        struct timespec rel =
+            to_timespec(hwt__sat_mul(hwt__sleep_ms(mode, remaining), HWT_NS_PER_MS));
         syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, &rel, NULL, 0);
     }
     return true;

@@ -48,8 +48,7 @@ int64_t hwt__min_tick_ns(hwt_sleep_mode mode);
  * hwt__wake). May return early (spurious wake-up, signal, rounding of the
  * millisecond modes): the caller re-checks. Returns true if it went to sleep.
  */
-bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected,
-                int64_t until_ns);
+bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected, int64_t until_ns);
 
 /* Wakes a thread sleeping in hwt__sleep on `word` (after the caller changed it). */
 void hwt__wake(_Atomic uint32_t *word);

@@ -41,9 +41,9 @@ enum {
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
 enum {
-    HWT_W_LINKED = 1,      /* in a wheel bucket */
-    HWT_W_RELEASED = 2,    /* out of the queue and not in the wheel any more */
-    HWT_W_CANCEL_DONE = 4  /* its cancellation was processed (callback called) */
+    HWT_W_LINKED = 1,     /* in a wheel bucket */
+    HWT_W_RELEASED = 2,   /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
 };
 
 /* A doubly linked list node; also the bucket list of the wheel. */
@@ -57,7 +57,7 @@ struct hwt_timeout {
     hwt_task_fn run;
     hwt_task_fn cancelled;
     void *arg;
-    int64_t deadline;            /* ns since the worker started; >= time scheduled */
+    int64_t deadline; /* ns since the worker started; >= time scheduled */
     _Atomic uint32_t state;
     _Atomic uint16_t refs;
     uint8_t wflags;
@@ -70,8 +70,8 @@ enum { HWT_STOP_DROP, HWT_STOP_LIST };
 struct hwt_timer {
     /* ---- configuration, written by create, then read-only */
     int64_t tick_ns;
-    int64_t cancel_latency_ns;   /* max(tick, 100 ms) */
-    int64_t max_pending;         /* <= 0: unlimited */
+    int64_t cancel_latency_ns; /* max(tick, 100 ms) */
+    int64_t max_pending;       /* <= 0: unlimited */
     uint32_t max_transfers;
     hwt_sleep_mode sleep_mode;
     const pthread_attr_t *thread_attr;
@@ -80,7 +80,7 @@ struct hwt_timer {
     void *executor_ctx;
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
-    int64_t start_ns;            /* set by the worker before state becomes STARTED */
+    int64_t start_ns; /* set by the worker before state becomes STARTED */
 
     /* ---- producer side: any thread */
     _Alignas(64) _Atomic int state;
@@ -88,12 +88,12 @@ struct hwt_timer {
     _Atomic uint64_t scheduled;
     _Atomic uint64_t rejected;
     _Atomic uint64_t cancelled;
-    _Atomic uint64_t refs;       /* creator's + one per allocated timeout */
+    _Atomic uint64_t refs;                    /* creator's + one per allocated timeout */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
-    _Atomic int cancel_watch;    /* 1: the worker will wake soon enough for cancels */
-    _Atomic int kicked;          /* someone already woke the worker since it planned */
-    _Atomic uint32_t wake_seq;   /* the futex word the worker sleeps on */
-    _Atomic uint64_t transferred; /* timeouts the worker took from the queue */
+    _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
+    _Atomic int kicked;                       /* someone already woke the worker since it planned */
+    _Atomic uint32_t wake_seq;                /* the futex word the worker sleeps on */
+    _Atomic uint64_t transferred;             /* timeouts the worker took from the queue */
 
     _Alignas(64) ck_fifo_mpmc_t queue; /* new timeouts */
     _Alignas(64) ck_stack_t cancels;   /* cancelled timeouts, for the worker */
@@ -112,10 +112,10 @@ struct hwt_timer {
     pthread_mutex_t lifecycle_lock;
     pthread_cond_t started_cond;
     pthread_t thread;
-    bool spawned;                /* a worker was created and not joined yet */
-    _Atomic bool worker_ready;   /* written under lifecycle_lock, read by stats */
-    _Atomic bool stopped;        /* a stop has completed: nothing is pending */
-    _Atomic int stop_mode;       /* HWT_STOP_*, set before SHUTDOWN is published */
+    bool spawned;              /* a worker was created and not joined yet */
+    _Atomic bool worker_ready; /* written under lifecycle_lock, read by stats */
+    _Atomic bool stopped;      /* a stop has completed: nothing is pending */
+    _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
 };
 
 /* The timer whose worker is the calling thread, or NULL. */

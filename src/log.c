@@ -18,6 +18,5 @@ void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     if (timer != NULL && timer->log != NULL)
         timer->log(timer->log_ctx, level, message);
     else if (level >= HWT_LOG_WARN)
-        fprintf(stderr, "hwtimer: %s: %s\n", level == HWT_LOG_WARN ? "warning" : "error",
-                message);
+        fprintf(stderr, "hwtimer: %s: %s\n", level == HWT_LOG_WARN ? "warning" : "error", message);
 }

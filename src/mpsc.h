@@ -54,15 +54,15 @@ void AnnotateIgnoreWritesBegin(const char *file, int line);
 void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define HWT_TSAN_RELEASE(p) __tsan_release((void *)(p))
 #define HWT_TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
-#define HWT_TSAN_IGNORE_BEGIN()                                                            \
-    do {                                                                                   \
-        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);                                      \
-        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);                                     \
+#define HWT_TSAN_IGNORE_BEGIN()                                                                    \
+    do {                                                                                           \
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);                                              \
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);                                             \
     } while (0)
-#define HWT_TSAN_IGNORE_END()                                                              \
-    do {                                                                                   \
-        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);                                       \
-        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);                                        \
+#define HWT_TSAN_IGNORE_END()                                                                      \
+    do {                                                                                           \
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);                                               \
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);                                                \
     } while (0)
 #else
 #define HWT_TSAN_RELEASE(p) ((void)0)

@@ -46,8 +46,8 @@ void hwt__pool_destroy(struct hwt__pool *pool)
 /* Allocates a chunk, keeps its first timeout for the caller, pools the rest. */
 static hwt_timeout *grow_timeouts(hwt_timer *timer)
 {
-    struct hwt__timeout_chunk *chunk = hwt__aligned_alloc(
-        HWT_SITE_TIMEOUT_POOL, HWT_TIMEOUT_CHUNK_BYTES, HWT_TIMEOUT_CHUNK_BYTES);
+    struct hwt__timeout_chunk *chunk =
+        hwt__aligned_alloc(HWT_SITE_TIMEOUT_POOL, HWT_TIMEOUT_CHUNK_BYTES, HWT_TIMEOUT_CHUNK_BYTES);
     if (chunk == NULL)
         return NULL;
     chunk->timer = timer;

@@ -149,8 +149,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
 
 bool hwt_timeout_is_cancelled(const hwt_timeout *timeout)
 {
-    return timeout != NULL &&
-           (atomic_load(&timeout->state) & HWT_TO_LIFE) == HWT_TO_CANCELLED;
+    return timeout != NULL && (atomic_load(&timeout->state) & HWT_TO_LIFE) == HWT_TO_CANCELLED;
 }
 
 bool hwt_timeout_is_expired(const hwt_timeout *timeout)

@@ -124,8 +124,8 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     }
     uint32_t wheel_len = hwt__wheel_round_length(options->ticks_per_wheel);
     timer->tick_ns = tick_ns;
-    timer->cancel_latency_ns = tick_ns > HWT_CANCEL_LATENCY_MIN_NS ? tick_ns
-                                                                   : HWT_CANCEL_LATENCY_MIN_NS;
+    timer->cancel_latency_ns =
+        tick_ns > HWT_CANCEL_LATENCY_MIN_NS ? tick_ns : HWT_CANCEL_LATENCY_MIN_NS;
     timer->max_pending = options->max_pending_timeouts;
     timer->max_transfers = options->max_transfers_per_tick;
     timer->thread_attr = options->thread_attr;
@@ -189,8 +189,7 @@ int hwt__timer_ensure_started(hwt_timer *timer)
     if (!timer->spawned && atomic_load(&timer->state) == HWT_STATE_INIT) {
         int err = spawn_worker(timer);
         if (err != 0) {
-            hwt__log(timer, HWT_LOG_ERROR, "cannot create the worker thread: %s",
-                     strerror(err));
+            hwt__log(timer, HWT_LOG_ERROR, "cannot create the worker thread: %s", strerror(err));
             pthread_mutex_unlock(&timer->lifecycle_lock);
             return HWT_ESYS;
         }

@@ -333,8 +333,8 @@ void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeou
 
 /* ------------------------------------------------------------ checker */
 
-static bool check_bucket(const struct hwt__wheel *wheel, const struct hwt__bucket *b,
-                         bool occupied, size_t *seen)
+static bool check_bucket(const struct hwt__wheel *wheel, const struct hwt__bucket *b, bool occupied,
+                         size_t *seen)
 {
     if ((b->head != NULL) != occupied)
         return false;

@@ -23,17 +23,17 @@ struct hwt__bucket {
 };
 
 struct hwt__wheel {
-    int64_t cur;            /* the next tick to process; every earlier one is done */
+    int64_t cur; /* the next tick to process; every earlier one is done */
     int64_t tick_ns;
-    uint32_t bits0;         /* log2 of the level-0 length (ticks_per_wheel) */
-    uint32_t upper_levels;  /* levels above level 0 */
+    uint32_t bits0;        /* log2 of the level-0 length (ticks_per_wheel) */
+    uint32_t upper_levels; /* levels above level 0 */
     uint64_t mask0;
-    struct hwt__bucket *level0;    /* 2^bits0 buckets */
-    uint64_t *occ0;                /* one bit per level-0 bucket: non-empty */
+    struct hwt__bucket *level0; /* 2^bits0 buckets */
+    uint64_t *occ0;             /* one bit per level-0 bucket: non-empty */
     size_t occ0_words;
     struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][HWT_LEVEL_SLOTS];
     uint64_t occ_upper[HWT_MAX_UPPER_LEVELS];
-    size_t count;           /* timeouts linked in the wheel */
+    size_t count; /* timeouts linked in the wheel */
 };
 
 /* Smallest power of two >= n (n in 1 .. 2^30). */

@@ -192,8 +192,7 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
     uint32_t expected = HWT_TO_INIT;
-    if (!atomic_compare_exchange_strong(&t->state, &expected,
-                                        HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
+    if (!atomic_compare_exchange_strong(&t->state, &expected, HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
         let_go_cancelled(timer, t);
         return;
     }

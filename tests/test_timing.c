@@ -424,12 +424,32 @@ static void test_order_increasing_delays_small_wheel(void **state)
     order_case(2 * MS, 4, 5 * MS, 24);
 }
 
-/* The same delay from one thread: scheduling order. */
-static void fifo_case(int64_t tick_ns, int64_t delay_ns, int n)
+/* Delays up to 520 ticks on a 4-bucket wheel: most go through several
+ * revolutions (and whatever the wheel does with far timeouts). */
+static void test_order_increasing_delays_many_revolutions(void **state)
 {
-    hwt_timer *timer = mk(tick_ns, HWT_NANOSECONDS, 512, HWT_SLEEP_PRECISE);
-    for (int i = 0; i < n; i++)
+    (void)state;
+    order_case(1 * MS, 4, 13 * MS, 40);
+}
+
+static void spin_us(int64_t us)
+{
+    int64_t end = hwtt_now_ns() + us * US;
+    while (hwtt_now_ns() < end) {
+    }
+}
+
+/* The same delay from one thread: scheduling order. With spread_us > 0 the
+ * schedules are spread out (the worker moves some into the wheel while
+ * others are still being scheduled). */
+static void fifo_case(int64_t tick_ns, uint32_t wheel, int64_t delay_ns, int n, int64_t spread_us)
+{
+    hwt_timer *timer = mk(tick_ns, HWT_NANOSECONDS, wheel, HWT_SLEEP_PRECISE);
+    for (int i = 0; i < n; i++) {
         sched_ns(timer, &g_p[i], delay_ns);
+        if (spread_us > 0)
+            spin_us(spread_us);
+    }
     check_window(0, n, tick_ns, SLACK_MS);
     int wrong = 0;
     for (int i = 0; i < n; i++) {
@@ -447,13 +467,22 @@ static void fifo_case(int64_t tick_ns, int64_t delay_ns, int n)
 static void test_order_same_delay_is_scheduling_order(void **state)
 {
     (void)state;
-    fifo_case(10 * MS, 50 * MS, 2000);
+    fifo_case(10 * MS, 512, 50 * MS, 2000, 0);
 }
 
 static void test_order_same_delay_across_ticks(void **state)
 {
     (void)state;
-    fifo_case(100 * US, 5 * MS, 2000);
+    fifo_case(100 * US, 512, 5 * MS, 2000, 0);
+}
+
+/* Same delay, 300 ticks away on a 4-bucket wheel, schedules spread over ~10
+ * ticks: timeouts due in the same tick are moved into the wheel at different
+ * times, relative to different current ticks. */
+static void test_order_same_delay_small_wheel(void **state)
+{
+    (void)state;
+    fifo_case(1 * MS, 4, 300 * MS, 1000, 10);
 }
 
 /* ---------------------------------------------------- sub-millisecond tick */
@@ -566,8 +595,10 @@ int main(void)
         T(test_saturation_min_fires_promptly),
         T(test_order_increasing_delays),
         T(test_order_increasing_delays_small_wheel),
+        T(test_order_increasing_delays_many_revolutions),
         T(test_order_same_delay_is_scheduling_order),
         T(test_order_same_delay_across_ticks),
+        T(test_order_same_delay_small_wheel),
         T(test_sub_millisecond_tick),
         T(test_far_future_stays_pending),
         T(test_long_revolution),
