@@ -65,6 +65,23 @@ struct hwt_timeout {
 };
 
 enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
+
+#define HWT_STRIPES 8
+
+/* One stripe: a new-timeout queue (a ck_fifo, many producers, the worker
+ * consumes), a cancel stack, and counters. A thread always uses the same
+ * stripe, so its timeouts keep their order. */
+struct hwt__stripe {
+    _Alignas(64) ck_fifo_mpmc_t queue;
+    _Alignas(64) ck_stack_t cancels;
+    _Atomic int64_t pending;     /* only with unlimited max_pending; may go below 0 */
+    _Atomic uint64_t scheduled;
+    _Atomic uint64_t cancelled;
+    _Atomic uint64_t rejected;
+};
+
+/* The calling thread's stripe number (fixed per thread). */
+unsigned hwt__stripe_index(void);
 enum { HWT_STOP_DROP, HWT_STOP_LIST };
 
 struct hwt_timer {
@@ -84,24 +101,23 @@ struct hwt_timer {
 
     /* ---- producer side: any thread */
     _Alignas(64) _Atomic int state;
-    _Atomic int64_t pending;
-    _Atomic uint64_t scheduled;
-    _Atomic uint64_t rejected;
-    _Atomic uint64_t cancelled;
-    _Atomic uint64_t refs;                    /* creator's + one per allocated timeout */
+    _Atomic int64_t pending;     /* only with max_pending > 0: the exact reservation count */
+    _Atomic uint64_t refs;       /* creator's + one per allocated timeout */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
-    _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
-    _Atomic int kicked;                       /* someone already woke the worker since it planned */
-    _Atomic uint32_t wake_seq;                /* the futex word the worker sleeps on */
-    _Atomic uint64_t transferred;             /* timeouts the worker took from the queue */
+    _Atomic int cancel_watch;    /* 1: the worker will wake soon enough for cancels */
+    _Atomic int kicked;          /* someone already woke the worker since it planned */
+    _Atomic uint32_t wake_seq;   /* the futex word the worker sleeps on */
+    _Atomic uint64_t transferred; /* timeouts the worker took from the queues */
 
-    _Alignas(64) ck_fifo_mpmc_t queue; /* new timeouts */
-    _Alignas(64) ck_stack_t cancels;   /* cancelled timeouts, for the worker */
+    /* Threads are spread over stripes so that producers and cancellers on
+     * different threads do not share cache lines (see hwt__stripe_index). */
+    struct hwt__stripe stripes[HWT_STRIPES];
     struct hwt__pool pool;
 
     /* ---- worker side */
     _Alignas(64) struct hwt__wheel wheel;
     size_t awaiting_cancel;      /* let go of, cancellation not processed yet */
+    unsigned next_stripe;        /* the stripe transfer starts with */
     struct hwt__link *stop_list; /* what the final drain took (singly linked) */
     size_t stop_count;
     _Atomic uint64_t expired;
@@ -120,6 +136,20 @@ struct hwt_timer {
 
 /* The timer whose worker is the calling thread, or NULL. */
 extern _Thread_local hwt_timer *hwt__current_worker;
+
+static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
+{
+    return &timer->stripes[hwt__stripe_index()];
+}
+
+/* Counts n timeouts out of the pending total (cancel, expiry, stop). */
+static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
+{
+    if (timer->max_pending > 0)
+        atomic_fetch_sub_explicit(&timer->pending, n, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&hwt__my_stripe(timer)->pending, n, memory_order_relaxed);
+}
 
 /* Nanoseconds since the worker started (callers: after the start latch). */
 static inline int64_t hwt__rel_now(const hwt_timer *timer)

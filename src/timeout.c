@@ -14,20 +14,34 @@
  * the timer's pool when both are gone; the timer's memory lives while any
  * timeout of it is out of the pool.
  */
+#include <limits.h>
+
 #include "alloc.h"
 #include "internal.h"
 
-/* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts. */
-static int reserve_pending(hwt_timer *timer)
+static atomic_uint next_stripe;
+static _Thread_local unsigned my_stripe = UINT_MAX;
+
+unsigned hwt__stripe_index(void)
+{
+    if (my_stripe == UINT_MAX)
+        my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) % HWT_STRIPES;
+    return my_stripe;
+}
+
+/* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
+ * Unlimited timers count on the caller's stripe (no shared cache line);
+ * limited ones need the exact total. */
+static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 {
     if (timer->max_pending <= 0) {
-        atomic_fetch_add_explicit(&timer->pending, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&stripe->pending, 1, memory_order_relaxed);
         return 0;
     }
     int64_t cur = atomic_load_explicit(&timer->pending, memory_order_relaxed);
     do {
         if (cur >= timer->max_pending) {
-            atomic_fetch_add_explicit(&timer->rejected, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&stripe->rejected, 1, memory_order_relaxed);
             return HWT_EREJECTED;
         }
     } while (!atomic_compare_exchange_weak_explicit(&timer->pending, &cur, cur + 1,
@@ -35,24 +49,29 @@ static int reserve_pending(hwt_timer *timer)
     return 0;
 }
 
-static void unreserve_pending(hwt_timer *timer)
-{
-    atomic_fetch_sub_explicit(&timer->pending, 1, memory_order_relaxed);
-}
+/* The number of timeouts scheduled by this thread between two looks at the
+ * worker's backlog. */
+#define BACKLOG_CHECK_EVERY 1024
+static _Thread_local unsigned schedules_since_check;
 
 /* Wakes the worker when it plans to sleep past this deadline, or when the
- * queue grows long (so entries recycle and the wheel stays current). */
-static void maybe_wake_for(hwt_timer *timer, int64_t deadline, uint64_t scheduled)
+ * queues grow long (so entries recycle and the wheel stays current). */
+static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 {
-    if (hwt__current_worker == timer) /* it looks at the queue before sleeping */
+    if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
         return;
     if (deadline < atomic_load(&timer->wake_before)) {
         hwt__kick(timer);
         return;
     }
-    if (scheduled % HWT_BACKLOG_KICK == 0 &&
-        scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed) >=
-            HWT_BACKLOG_KICK)
+    if (++schedules_since_check < BACKLOG_CHECK_EVERY)
+        return;
+    schedules_since_check = 0;
+    uint64_t scheduled = 0;
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
+    if (scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed) >=
+        HWT_BACKLOG_KICK)
         hwt__kick(timer);
 }
 
@@ -65,7 +84,8 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int rc = hwt__timer_ensure_started(timer);
     if (rc != 0)
         return rc;
-    rc = reserve_pending(timer);
+    struct hwt__stripe *stripe = hwt__my_stripe(timer);
+    rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return rc;
     hwt_timeout *t = hwt__timeout_alloc(timer);
@@ -73,7 +93,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     if (entry == NULL) {
         if (t != NULL)
             hwt__timeout_free(timer, t);
-        unreserve_pending(timer);
+        hwt__pending_sub(timer, 1);
         return HWT_ENOMEM;
     }
     t->run = run;
@@ -92,7 +112,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
     atomic_store_explicit(&t->state, HWT_TO_INIT, memory_order_relaxed);
 
-    hwt__fifo_push(&timer->queue, entry, t);
+    hwt__fifo_push(&stripe->queue, entry, t);
 
     if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN) {
         /* We raced a stop whose final drain may not have seen our timeout:
@@ -101,13 +121,13 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         uint32_t expected = HWT_TO_INIT;
         if (atomic_compare_exchange_strong(&t->state, &expected,
                                            HWT_TO_CANCELLED | HWT_TO_REJECTED)) {
-            unreserve_pending(timer);
+            hwt__pending_sub(timer, 1);
             hwt__timeout_unref(t); /* the queue keeps the in-flight reference */
             return HWT_ESTOPPED;
         }
     }
-    uint64_t n = atomic_fetch_add_explicit(&timer->scheduled, 1, memory_order_relaxed) + 1;
-    maybe_wake_for(timer, deadline, n);
+    atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_relaxed);
+    maybe_wake_for(timer, deadline);
     if (out != NULL)
         *out = t;
     else
@@ -137,9 +157,10 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     if (!atomic_compare_exchange_strong(&timeout->state, &expected, HWT_TO_CANCELLED))
         return false;
     hwt_timer *timer = hwt__timer_of(timeout);
-    unreserve_pending(timer);
-    atomic_fetch_add_explicit(&timer->cancelled, 1, memory_order_relaxed);
-    hwt__stack_push(&timer->cancels, &timeout->stack_link);
+    struct hwt__stripe *stripe = hwt__my_stripe(timer);
+    hwt__pending_sub(timer, 1);
+    atomic_fetch_add_explicit(&stripe->cancelled, 1, memory_order_relaxed);
+    hwt__stack_push(&stripe->cancels, &timeout->stack_link);
     /* The worker unlinks it within max(tick, 100 ms); wake it only if it
      * planned a longer sleep, and only once per sleep. */
     if (hwt__current_worker != timer && !atomic_load(&timer->cancel_watch))

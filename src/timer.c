@@ -97,6 +97,18 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
 
 /* ---------------------------------------------------------------- create */
 
+/* Gives each stripe's fifo its stub entry: 0 or HWT_ENOMEM. */
+static int init_queues(hwt_timer *timer)
+{
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        struct hwt__qentry *stub = hwt__entry_alloc(timer);
+        if (stub == NULL)
+            return HWT_ENOMEM;
+        hwt__fifo_init(&timer->stripes[i].queue, stub);
+    }
+    return 0;
+}
+
 int hwt_timer_create(hwt_timer **out, const hwt_options *options)
 {
     hwt_options defaults;
@@ -138,15 +150,12 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->wake_before, INT64_MIN);
     hwt__pool_init(&timer->pool);
 
-    struct hwt__qentry *stub = NULL;
-    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0 ||
-        (stub = hwt__entry_alloc(timer)) == NULL) {
+    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0 || init_queues(timer) != 0) {
         hwt__wheel_free(&timer->wheel);
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
         return HWT_ENOMEM;
     }
-    hwt__fifo_init(&timer->queue, stub);
     pthread_mutex_init(&timer->lifecycle_lock, NULL);
     pthread_condattr_t cattr;
     pthread_condattr_init(&cattr);
@@ -307,16 +316,18 @@ static void drain_late_queue(hwt_timer *timer)
 {
     struct hwt__qentry *garbage;
     hwt_timeout *t;
-    while ((t = hwt__fifo_pop(&timer->queue, &garbage)) != NULL) {
-        hwt__entry_free(timer, garbage);
-        uint32_t expected = HWT_TO_INIT;
-        if (atomic_compare_exchange_strong(&t->state, &expected,
-                                           HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
-            atomic_fetch_sub(&timer->pending, 1);
-            atomic_fetch_add(&timer->cancelled, 1);
-            hwt__run_cancelled_callback(t);
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        while ((t = hwt__fifo_pop(&timer->stripes[i].queue, &garbage)) != NULL) {
+            hwt__entry_free(timer, garbage);
+            uint32_t expected = HWT_TO_INIT;
+            if (atomic_compare_exchange_strong(&t->state, &expected,
+                                               HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
+                hwt__pending_sub(timer, 1);
+                atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, 1);
+                hwt__run_cancelled_callback(t);
+            }
+            hwt__timeout_unref(t);
         }
-        hwt__timeout_unref(t);
     }
 }
 
@@ -352,7 +363,14 @@ static int64_t read_pending(hwt_timer *timer)
 {
     if (atomic_load(&timer->stopped))
         return 0;
-    return atomic_load_explicit(&timer->pending, memory_order_relaxed);
+    if (timer->max_pending > 0)
+        return atomic_load_explicit(&timer->pending, memory_order_relaxed);
+    /* Stripes count up where a timeout was scheduled and down where it
+     * ended: only the sum means something, and a racing read may dip. */
+    int64_t sum = 0;
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        sum += atomic_load_explicit(&timer->stripes[i].pending, memory_order_relaxed);
+    return sum > 0 ? sum : 0;
 }
 
 int64_t hwt_pending_timeouts(const hwt_timer *timer)
@@ -369,10 +387,12 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
     hwt_timer *timer = (hwt_timer *)ctimer;
     memset(stats, 0, sizeof *stats);
     stats->pending = read_pending(timer);
-    stats->scheduled = atomic_load(&timer->scheduled);
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        stats->scheduled += atomic_load(&timer->stripes[i].scheduled);
+        stats->cancelled += atomic_load(&timer->stripes[i].cancelled);
+        stats->rejected += atomic_load(&timer->stripes[i].rejected);
+    }
     stats->expired = atomic_load(&timer->expired);
-    stats->cancelled = atomic_load(&timer->cancelled);
-    stats->rejected = atomic_load(&timer->rejected);
     stats->wakeups = atomic_load(&timer->wakeups);
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&

@@ -47,58 +47,81 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 }
 
 /* Unlinks cancelled timeouts and calls their cancelled callbacks, in the
- * order they were cancelled. Returns how many. */
+ * order each thread cancelled them. Returns how many. */
 static size_t process_cancels(hwt_timer *timer)
 {
-    ck_stack_entry_t *e = hwt__stack_take_all(&timer->cancels);
-    ck_stack_entry_t *oldest_first = NULL;
-    while (e != NULL) {
-        ck_stack_entry_t *next = e->next;
-        e->next = oldest_first;
-        oldest_first = e;
-        e = next;
-    }
     size_t n = 0;
-    for (e = oldest_first; e != NULL; n++) {
-        ck_stack_entry_t *next = e->next;
-        hwt_timeout *t = hwt__timeout_of_stack(e);
-        t->wflags |= HWT_W_CANCEL_DONE;
-        if (t->wflags & HWT_W_LINKED) {
-            hwt__wheel_unlink(&timer->wheel, t);
-            t->wflags |= HWT_W_RELEASED;
-            hwt__run_cancelled_callback(t);
-            hwt__timeout_unref(t);
-        } else if (t->wflags & HWT_W_RELEASED) {
-            timer->awaiting_cancel--;
-            hwt__run_cancelled_callback(t);
-            hwt__timeout_unref(t);
-        } else {
-            /* Still in the queue: transfer will see it cancelled and drop it. */
-            hwt__run_cancelled_callback(t);
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        ck_stack_entry_t *e = hwt__stack_take_all(&timer->stripes[i].cancels);
+        ck_stack_entry_t *oldest_first = NULL;
+        while (e != NULL) {
+            ck_stack_entry_t *next = e->next;
+            e->next = oldest_first;
+            oldest_first = e;
+            e = next;
         }
-        e = next;
+        for (e = oldest_first; e != NULL; n++) {
+            ck_stack_entry_t *next = e->next;
+            hwt_timeout *t = hwt__timeout_of_stack(e);
+            t->wflags |= HWT_W_CANCEL_DONE;
+            if (t->wflags & HWT_W_LINKED) {
+                hwt__wheel_unlink(&timer->wheel, t);
+                t->wflags |= HWT_W_RELEASED;
+                hwt__run_cancelled_callback(t);
+                hwt__timeout_unref(t);
+            } else if (t->wflags & HWT_W_RELEASED) {
+                timer->awaiting_cancel--;
+                hwt__run_cancelled_callback(t);
+                hwt__timeout_unref(t);
+            } else {
+                /* Still queued: transfer will see it cancelled and drop it. */
+                hwt__run_cancelled_callback(t);
+            }
+            e = next;
+        }
     }
     return n;
 }
 
+static bool cancels_waiting(hwt_timer *timer)
+{
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        if (!hwt__stack_is_empty(&timer->stripes[i].cancels))
+            return true;
+    return false;
+}
+
+static bool timeouts_waiting(hwt_timer *timer)
+{
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        if (!hwt__fifo_is_empty(&timer->stripes[i].queue))
+            return true;
+    return false;
+}
+
 /* ---------------------------------------------------------- transfer */
 
-/* Moves up to `budget` new timeouts from the queue into the wheel. */
+/* Moves up to `budget` new timeouts from the queues into the wheel, taking
+ * the stripes in turn (each in its own order). */
 static uint32_t transfer(hwt_timer *timer, uint32_t budget)
 {
     uint32_t n = 0;
-    while (n < budget) {
-        struct hwt__qentry *garbage;
-        hwt_timeout *t = hwt__fifo_pop(&timer->queue, &garbage);
-        if (t == NULL)
-            break;
-        hwt__entry_free(timer, garbage);
-        n++;
-        if ((atomic_load(&t->state) & HWT_TO_LIFE) == HWT_TO_INIT)
-            hwt__wheel_place(&timer->wheel, t);
-        else
-            let_go_cancelled(timer, t);
+    for (unsigned i = 0; i < HWT_STRIPES && n < budget; i++) {
+        ck_fifo_mpmc_t *queue = &timer->stripes[(timer->next_stripe + i) % HWT_STRIPES].queue;
+        while (n < budget) {
+            struct hwt__qentry *garbage;
+            hwt_timeout *t = hwt__fifo_pop(queue, &garbage);
+            if (t == NULL)
+                break;
+            hwt__entry_free(timer, garbage);
+            n++;
+            if ((atomic_load(&t->state) & HWT_TO_LIFE) == HWT_TO_INIT)
+                hwt__wheel_place(&timer->wheel, t);
+            else
+                let_go_cancelled(timer, t);
+        }
     }
+    timer->next_stripe++; /* who goes first when the budget runs out */
     if (n > 0)
         atomic_store_explicit(&timer->transferred,
                               atomic_load_explicit(&timer->transferred, memory_order_relaxed) + n,
@@ -120,7 +143,7 @@ static void expire(void *ctx, hwt_timeout *t)
     }
     t->wflags |= HWT_W_RELEASED;
     /* Count down before the task runs: it sees the count without itself. */
-    atomic_fetch_sub_explicit(&timer->pending, 1, memory_order_relaxed);
+    hwt__pending_sub(timer, 1);
     atomic_fetch_add_explicit(&timer->expired, 1, memory_order_relaxed);
     if (timer->executor != NULL) {
         timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
@@ -172,8 +195,7 @@ static void run_loop(hwt_timer *timer)
         uint32_t key = atomic_load(&timer->wake_seq);
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;
-        bool work_waiting = !hwt__stack_is_empty(&timer->cancels) ||
-                            (!more_queued && !hwt__fifo_is_empty(&timer->queue));
+        bool work_waiting = cancels_waiting(timer) || (!more_queued && timeouts_waiting(timer));
         if (!work_waiting) {
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);
@@ -210,9 +232,11 @@ static void final_drain(hwt_timer *timer)
     hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
     struct hwt__qentry *garbage;
     hwt_timeout *t;
-    while ((t = hwt__fifo_pop(&timer->queue, &garbage)) != NULL) {
-        hwt__entry_free(timer, garbage);
-        take_for_stop(timer, t);
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        while ((t = hwt__fifo_pop(&timer->stripes[i].queue, &garbage)) != NULL) {
+            hwt__entry_free(timer, garbage);
+            take_for_stop(timer, t);
+        }
     }
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */
@@ -221,8 +245,8 @@ static void final_drain(hwt_timer *timer)
         sched_yield();
         process_cancels(timer);
     }
-    atomic_fetch_sub(&timer->pending, (int64_t)timer->stop_count);
-    atomic_fetch_add(&timer->cancelled, timer->stop_count);
+    hwt__pending_sub(timer, (int64_t)timer->stop_count);
+    atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, timer->stop_count);
     if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP) {
         struct hwt__link *node = timer->stop_list;
         while (node != NULL) {
