@@ -35,8 +35,7 @@ enum {
     HWT_TO_EXPIRED = 2,    /* taken by the worker to run */
     HWT_TO_LIFE = 3,       /* mask of the lifecycle value */
     HWT_TO_BY_STOP = 4,    /* with CANCELLED: handed back or dropped by a stop */
-    HWT_TO_REJECTED = 8,   /* with CANCELLED: its producer took it back (raced a stop) */
-    HWT_TO_EXEC_ARMED = 16 /* with EXPIRED: handed to the executor, not yet run */
+    HWT_TO_EXEC_ARMED = 8  /* with EXPIRED: handed to the executor, not yet run */
 };
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
@@ -52,8 +51,11 @@ struct hwt__link {
 };
 
 struct hwt_timeout {
-    struct hwt__link link;       /* wheel bucket (worker); stop's hand-back list */
-    ck_stack_entry_t stack_link; /* cancel stack, or the pool's free list */
+    union {
+        struct hwt__link link;   /* wheel bucket (worker); stop's hand-back list */
+        struct hwt__mag_head mag; /* while free: heads a magazine (pool.c) */
+    };
+    ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
     hwt_task_fn run;
     hwt_task_fn cancelled;
     void *arg;
@@ -75,7 +77,9 @@ struct hwt__stripe {
     _Alignas(64) ck_fifo_mpmc_t queue;
     _Alignas(64) ck_stack_t cancels;
     _Atomic int64_t pending;     /* only with unlimited max_pending; may go below 0 */
-    _Atomic uint64_t scheduled;
+    _Atomic uint64_t started;    /* schedule calls past argument checks... */
+    _Atomic uint64_t scheduled;  /* ...that succeeded (their timeout is queued) */
+    _Atomic uint64_t failed;     /* ...that failed; the stop waits for the three to add up */
     _Atomic uint64_t cancelled;
     _Atomic uint64_t rejected;
 };
@@ -134,8 +138,13 @@ struct hwt_timer {
     _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
 };
 
+/* Thread-local variables of the library: initial-exec, so that reading one
+ * is a plain load instead of a __tls_get_addr call (the library is linked at
+ * start-up, not dlopen()ed; the few bytes fit the static TLS reserve). */
+#define HWT_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* The timer whose worker is the calling thread, or NULL. */
-extern _Thread_local hwt_timer *hwt__current_worker;
+extern HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
 static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
 {
@@ -161,7 +170,8 @@ static inline int64_t hwt__rel_now(const hwt_timer *timer)
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int hwt__timer_ensure_started(hwt_timer *timer);
-void hwt__timer_unref(hwt_timer *timer);
+/* Drops n references to the timer's memory; the last one frees it. */
+void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
 
 /* worker.c */

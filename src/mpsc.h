@@ -71,11 +71,20 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define HWT_TSAN_IGNORE_END() ((void)0)
 #endif
 
-/* A fifo entry, from the timer's entry pool. pool_link is separate from the
- * fifo fields because a producer may still read those through a stale tail. */
+/* While free, the first object of a magazine (a chain of free objects, see
+ * pool.c) links the magazine into its pool's depot and counts the chain. */
+struct hwt__mag_head {
+    ck_stack_entry_t depot_link;
+    size_t count;
+};
+
+/* A fifo entry, from the timer's entry pool. The pool's links are separate
+ * from the fifo fields because a producer may still touch those through a
+ * stale tail. */
 struct hwt__qentry {
     ck_fifo_mpmc_entry_t fifo;
-    ck_stack_entry_t pool_link;
+    ck_stack_entry_t pool_link; /* the next free one in a magazine */
+    struct hwt__mag_head mag;
 };
 
 /* ---- fifo: any thread enqueues; one consumer at a time dequeues. */

@@ -1,14 +1,29 @@
 /*
  * pool.c - the timeout and queue-entry pools (see pool.h). Any thread.
+ *
+ * Magazines (Bonwick's slab allocator): free objects travel in chains of up
+ * to MAG_SIZE, linked through the object's own free-list field. Each thread
+ * caches two chains per object class for the one timer it used last
+ * ("loaded" to allocate from and free to, "spare"); only when both are
+ * empty or full does it pop or push a whole chain on the timer's depot, a
+ * ck_stack (mpmc pop with a generation counter: the memory is type-stable).
+ *
+ * The timer's reference count holds one reference per object outside the
+ * depot (cached or in use), minus the queues' stub entries, which the timer
+ * owns; so its memory outlives every cached or used object. A thread gives
+ * its cache back when it switches to another timer, when it exits (a
+ * pthread key destructor), or when it destroys the timer.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "internal.h"
 
+#define MAG_SIZE 64
 #define CHUNK_HEADER 64
 #define TIMEOUTS_PER_CHUNK ((HWT_TIMEOUT_CHUNK_BYTES - CHUNK_HEADER) / sizeof(hwt_timeout))
-#define ENTRIES_PER_CHUNK 170
+#define ENTRIES_PER_CHUNK 127
 
 _Static_assert(sizeof(struct hwt__timeout_chunk) <= CHUNK_HEADER, "chunk header fits");
 
@@ -17,83 +32,257 @@ struct entry_chunk {
     struct hwt__qentry entries[ENTRIES_PER_CHUNK];
 };
 
+/* Where each class keeps its free-list link and its magazine head. */
+static const struct {
+    size_t node_off, head_off;
+} layout[HWT_POOL_CLASSES] = {
+    [HWT_POOL_TIMEOUTS] = {offsetof(hwt_timeout, stack_link), offsetof(hwt_timeout, mag)},
+    [HWT_POOL_ENTRIES] = {offsetof(struct hwt__qentry, pool_link),
+                          offsetof(struct hwt__qentry, mag)},
+};
+
+struct mag {
+    ck_stack_entry_t *first; /* free-list nodes, linked by ->next */
+    size_t count;
+};
+
+struct thread_cache {
+    hwt_timer *timer;
+    struct mag loaded[HWT_POOL_CLASSES], spare[HWT_POOL_CLASSES];
+};
+
+static HWT_THREAD_LOCAL struct thread_cache cache;
+static pthread_key_t cache_key;
+static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
+
+static void *object_of(int cls, ck_stack_entry_t *node)
+{
+    return (char *)node - layout[cls].node_off;
+}
+
+static struct hwt__mag_head *head_of(int cls, ck_stack_entry_t *node)
+{
+    return (struct hwt__mag_head *)((char *)node - layout[cls].node_off + layout[cls].head_off);
+}
+
+static ck_stack_entry_t *node_of_head(int cls, ck_stack_entry_t *depot_link)
+{
+    char *head = (char *)depot_link - offsetof(struct hwt__mag_head, depot_link);
+    return (ck_stack_entry_t *)(head - layout[cls].head_off + layout[cls].node_off);
+}
+
+/* ---------------------------------------------------------------- depot */
+
+static void depot_push(hwt_timer *timer, int cls, struct mag m)
+{
+    struct hwt__mag_head *head = head_of(cls, m.first);
+    head->count = m.count;
+    hwt__stack_push(&timer->pool.depot[cls], &head->depot_link);
+}
+
+static struct mag depot_pop(hwt_timer *timer, int cls)
+{
+    struct mag m = {NULL, 0};
+    ck_stack_entry_t *link = hwt__stack_pop(&timer->pool.depot[cls]);
+    if (link != NULL) {
+        m.first = node_of_head(cls, link);
+        m.count = head_of(cls, m.first)->count;
+        atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
+    }
+    return m;
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+/* Chains n objects spaced `stride` bytes apart, starting at `first`. */
+static struct mag chain(int cls, char *first, size_t stride, size_t n)
+{
+    struct mag m = {NULL, n};
+    for (size_t i = n; i-- > 0;) {
+        ck_stack_entry_t *node = (ck_stack_entry_t *)(first + i * stride + layout[cls].node_off);
+        node->next = m.first;
+        m.first = node;
+    }
+    return m;
+}
+
+static struct mag grow(hwt_timer *timer, int cls)
+{
+    struct mag m = {NULL, 0};
+    if (cls == HWT_POOL_TIMEOUTS) {
+        struct hwt__timeout_chunk *chunk = hwt__aligned_alloc(
+            HWT_SITE_TIMEOUT_POOL, HWT_TIMEOUT_CHUNK_BYTES, HWT_TIMEOUT_CHUNK_BYTES);
+        if (chunk == NULL)
+            return m;
+        chunk->timer = timer;
+        hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
+        m = chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout), TIMEOUTS_PER_CHUNK);
+    } else {
+        struct entry_chunk *chunk = hwt__aligned_alloc(HWT_SITE_ENTRY_POOL, 64, sizeof *chunk);
+        if (chunk == NULL)
+            return m;
+        hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
+        m = chain(cls, (char *)chunk->entries, sizeof(struct hwt__qentry), ENTRIES_PER_CHUNK);
+    }
+    atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
+    return m;
+}
+
 void hwt__pool_init(struct hwt__pool *pool)
 {
     memset(pool, 0, sizeof *pool);
 }
 
-static hwt_timeout *chunk_slot(struct hwt__timeout_chunk *chunk, size_t i)
-{
-    return (hwt_timeout *)((char *)chunk + CHUNK_HEADER) + i;
-}
-
 void hwt__pool_destroy(struct hwt__pool *pool)
 {
-    ck_stack_entry_t *e = hwt__stack_take_all(&pool->timeout_chunks);
-    while (e != NULL) {
-        ck_stack_entry_t *next = e->next;
-        hwt__free((char *)e - offsetof(struct hwt__timeout_chunk, chunk_link));
-        e = next;
-    }
-    e = hwt__stack_take_all(&pool->entry_chunks);
-    while (e != NULL) {
-        ck_stack_entry_t *next = e->next;
-        hwt__free((char *)e - offsetof(struct entry_chunk, chunk_link));
-        e = next;
+    static const size_t link_off[HWT_POOL_CLASSES] = {
+        [HWT_POOL_TIMEOUTS] = offsetof(struct hwt__timeout_chunk, chunk_link),
+        [HWT_POOL_ENTRIES] = offsetof(struct entry_chunk, chunk_link),
+    };
+    for (int cls = 0; cls < HWT_POOL_CLASSES; cls++) {
+        ck_stack_entry_t *e = hwt__stack_take_all(&pool->chunks[cls]);
+        while (e != NULL) {
+            ck_stack_entry_t *next = e->next;
+            hwt__free((char *)e - link_off[cls]);
+            e = next;
+        }
     }
 }
 
-/* Allocates a chunk, keeps its first timeout for the caller, pools the rest. */
-static hwt_timeout *grow_timeouts(hwt_timer *timer)
+/* ---------------------------------------------------------------- caches */
+
+/* Gives the calling thread's cache back to its timer and unbinds it. */
+static void flush(struct thread_cache *c)
 {
-    struct hwt__timeout_chunk *chunk =
-        hwt__aligned_alloc(HWT_SITE_TIMEOUT_POOL, HWT_TIMEOUT_CHUNK_BYTES, HWT_TIMEOUT_CHUNK_BYTES);
-    if (chunk == NULL)
-        return NULL;
-    chunk->timer = timer;
-    for (size_t i = 1; i < TIMEOUTS_PER_CHUNK; i++)
-        hwt__stack_push(&timer->pool.free_timeouts, &chunk_slot(chunk, i)->stack_link);
-    hwt__stack_push(&timer->pool.timeout_chunks, &chunk->chunk_link);
-    return chunk_slot(chunk, 0);
+    hwt_timer *timer = c->timer;
+    if (timer == NULL)
+        return;
+    size_t returned = 0;
+    for (int cls = 0; cls < HWT_POOL_CLASSES; cls++) {
+        struct mag *mags[2] = {&c->loaded[cls], &c->spare[cls]};
+        for (int i = 0; i < 2; i++) {
+            if (mags[i]->count > 0) {
+                depot_push(timer, cls, *mags[i]);
+                returned += mags[i]->count;
+            }
+            mags[i]->first = NULL;
+            mags[i]->count = 0;
+        }
+    }
+    c->timer = NULL;
+    if (returned > 0)
+        hwt__timer_unref_n(timer, returned);
+}
+
+static void flush_at_thread_exit(void *c)
+{
+    flush(c);
+}
+
+static void make_key(void)
+{
+    pthread_key_create(&cache_key, flush_at_thread_exit);
+}
+
+static struct thread_cache *bind(hwt_timer *timer)
+{
+    struct thread_cache *c = &cache;
+    if (c->timer != timer) {
+        if (c->timer != NULL)
+            flush(c);
+        else {
+            pthread_once(&cache_key_once, make_key);
+            pthread_setspecific(cache_key, c); /* arms the exit destructor */
+        }
+        c->timer = timer;
+    }
+    return c;
+}
+
+void hwt__pool_forget_thread(hwt_timer *timer)
+{
+    if (cache.timer == timer)
+        flush(&cache);
+}
+
+void hwt__pool_abandon_thread(hwt_timer *timer)
+{
+    if (cache.timer == timer)
+        memset(&cache, 0, sizeof cache);
+}
+
+static void *alloc(hwt_timer *timer, int cls)
+{
+    struct thread_cache *c = bind(timer);
+    struct mag *m = &c->loaded[cls];
+    if (m->count == 0) {
+        if (c->spare[cls].count > 0) {
+            *m = c->spare[cls];
+            c->spare[cls].first = NULL;
+            c->spare[cls].count = 0;
+        } else {
+            *m = depot_pop(timer, cls);
+            if (m->count == 0)
+                *m = grow(timer, cls);
+            if (m->count == 0)
+                return NULL;
+        }
+    }
+    ck_stack_entry_t *node = m->first;
+    m->first = node->next;
+    m->count--;
+    return object_of(cls, node);
+}
+
+static void release(hwt_timer *timer, int cls, void *object)
+{
+    ck_stack_entry_t *node = (ck_stack_entry_t *)((char *)object + layout[cls].node_off);
+    struct thread_cache *c = &cache;
+    if (c->timer != timer) {
+        if (c->timer != NULL) {
+            /* Cached for another timer: straight back to its own depot. */
+            node->next = NULL;
+            depot_push(timer, cls, (struct mag){node, 1});
+            hwt__timer_unref_n(timer, 1);
+            return;
+        }
+        c = bind(timer);
+    }
+    struct mag *m = &c->loaded[cls];
+    if (m->count >= MAG_SIZE) {
+        struct mag full = c->spare[cls];
+        c->spare[cls] = *m;
+        m->first = NULL;
+        m->count = 0;
+        if (full.count > 0) {
+            depot_push(timer, cls, full);
+            hwt__timer_unref_n(timer, full.count); /* never the last: `object` is ours */
+        }
+    }
+    node->next = m->first;
+    m->first = node;
+    m->count++;
 }
 
 hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
 {
-    ck_stack_entry_t *e = hwt__stack_pop(&timer->pool.free_timeouts);
-    hwt_timeout *t = e != NULL ? hwt__timeout_of_stack(e) : grow_timeouts(timer);
-    if (t == NULL)
-        return NULL;
-    memset(t, 0, sizeof *t);
-    atomic_fetch_add_explicit(&timer->refs, 1, memory_order_relaxed);
+    hwt_timeout *t = alloc(timer, HWT_POOL_TIMEOUTS);
+    if (t != NULL)
+        memset(t, 0, sizeof *t);
     return t;
 }
 
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
 {
-    hwt__stack_push(&timer->pool.free_timeouts, &timeout->stack_link);
-    hwt__timer_unref(timer);
-}
-
-static struct hwt__qentry *grow_entries(hwt_timer *timer)
-{
-    struct entry_chunk *chunk = hwt__aligned_alloc(HWT_SITE_ENTRY_POOL, 64, sizeof *chunk);
-    if (chunk == NULL)
-        return NULL;
-    for (size_t i = 1; i < ENTRIES_PER_CHUNK; i++)
-        hwt__stack_push(&timer->pool.free_entries, &chunk->entries[i].pool_link);
-    hwt__stack_push(&timer->pool.entry_chunks, &chunk->chunk_link);
-    return &chunk->entries[0];
+    release(timer, HWT_POOL_TIMEOUTS, timeout);
 }
 
 struct hwt__qentry *hwt__entry_alloc(hwt_timer *timer)
 {
-    ck_stack_entry_t *e = hwt__stack_pop(&timer->pool.free_entries);
-    if (e == NULL)
-        return grow_entries(timer);
-    return (struct hwt__qentry *)((char *)e - offsetof(struct hwt__qentry, pool_link));
+    return alloc(timer, HWT_POOL_ENTRIES);
 }
 
 void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry)
 {
-    hwt__stack_push(&timer->pool.free_entries, &entry->pool_link);
+    release(timer, HWT_POOL_ENTRIES, entry);
 }

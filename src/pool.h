@@ -1,6 +1,7 @@
 /*
- * pool.h - per-timer pools of timeouts and of queue entries, so that
- * scheduling does not call malloc per timeout.
+ * pool.h - per-timer pools of timeouts and of queue entries, with per-thread
+ * caches, so that scheduling neither calls malloc nor touches a shared cache
+ * line per timeout.
  *
  * Memory is type-stable: chunks are allocated on demand and only freed with
  * the timer's memory (after the last timeout reference is gone). Timeouts
@@ -19,11 +20,11 @@ struct hwt__qentry;
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
 
+enum { HWT_POOL_TIMEOUTS, HWT_POOL_ENTRIES, HWT_POOL_CLASSES };
+
 struct hwt__pool {
-    _Alignas(16) ck_stack_t free_timeouts;
-    _Alignas(16) ck_stack_t free_entries;
-    _Alignas(16) ck_stack_t timeout_chunks;
-    _Alignas(16) ck_stack_t entry_chunks;
+    _Alignas(16) ck_stack_t depot[HWT_POOL_CLASSES];  /* full magazines */
+    _Alignas(16) ck_stack_t chunks[HWT_POOL_CLASSES]; /* every chunk, for the final free */
 };
 
 /* Header of a timeout chunk, at its aligned start. */
@@ -39,7 +40,7 @@ static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
 }
 
 void hwt__pool_init(struct hwt__pool *pool);
-/* Frees every chunk. Only when no timeout or entry of the pool is in use. */
+/* Frees every chunk. Only when no object of the pool is in use or cached. */
 void hwt__pool_destroy(struct hwt__pool *pool);
 
 /* A zeroed timeout of `timer`, or NULL when memory is exhausted. */
@@ -49,5 +50,13 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 /* A queue entry, or NULL when memory is exhausted. */
 struct hwt__qentry *hwt__entry_alloc(hwt_timer *timer);
 void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry);
+
+/* Gives back what the calling thread caches for `timer` (before the creator's
+ * reference is dropped, so the timer can be freed without waiting for it). */
+void hwt__pool_forget_thread(hwt_timer *timer);
+
+/* Drops the calling thread's cache for `timer` without giving it back: only
+ * when the timer's memory is being freed at once (a failed create). */
+void hwt__pool_abandon_thread(hwt_timer *timer);
 
 #endif

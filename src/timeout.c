@@ -20,7 +20,7 @@
 #include "internal.h"
 
 static atomic_uint next_stripe;
-static _Thread_local unsigned my_stripe = UINT_MAX;
+static HWT_THREAD_LOCAL unsigned my_stripe = UINT_MAX;
 
 unsigned hwt__stripe_index(void)
 {
@@ -52,7 +52,7 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 /* The number of timeouts scheduled by this thread between two looks at the
  * worker's backlog. */
 #define BACKLOG_CHECK_EVERY 1024
-static _Thread_local unsigned schedules_since_check;
+static HWT_THREAD_LOCAL unsigned schedules_since_check;
 
 /* Wakes the worker when it plans to sleep past this deadline, or when the
  * queues grow long (so entries recycle and the wheel stays current). */
@@ -75,6 +75,13 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         hwt__kick(timer);
 }
 
+/* Counts a schedule call that got past `started` but failed. */
+static int fail(struct hwt__stripe *stripe, int rc)
+{
+    atomic_fetch_add_explicit(&stripe->failed, 1, memory_order_release);
+    return rc;
+}
+
 static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
                     int64_t delay, hwt_unit unit, hwt_timeout **out)
 {
@@ -84,17 +91,23 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int rc = hwt__timer_ensure_started(timer);
     if (rc != 0)
         return rc;
+    /* Announce ourselves before looking at the state: a stop sets SHUTDOWN,
+     * then its final drain waits until every announced call has queued its
+     * timeout or failed, so no timeout slips in behind the drain. */
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
+    atomic_fetch_add(&stripe->started, 1);
+    if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
+        return fail(stripe, HWT_ESTOPPED);
     rc = reserve_pending(timer, stripe);
     if (rc != 0)
-        return rc;
+        return fail(stripe, rc);
     hwt_timeout *t = hwt__timeout_alloc(timer);
     struct hwt__qentry *entry = t != NULL ? hwt__entry_alloc(timer) : NULL;
     if (entry == NULL) {
         if (t != NULL)
             hwt__timeout_free(timer, t);
         hwt__pending_sub(timer, 1);
-        return HWT_ENOMEM;
+        return fail(stripe, HWT_ENOMEM);
     }
     t->run = run;
     t->cancelled = cancelled;
@@ -106,32 +119,16 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     if (deadline < now)
         deadline = now;
     t->deadline = deadline;
-    /* The queue's in-flight reference, and ours: once published the timeout
-     * may run and be recycled at any moment, so we hold it until we return
-     * (it becomes the caller's handle, or we drop it). */
-    atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
+    /* The queue's in-flight reference, and the caller's handle. Once queued
+     * the timeout may run and be recycled at any moment: not touched again. */
+    atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
     atomic_store_explicit(&t->state, HWT_TO_INIT, memory_order_relaxed);
-
-    hwt__fifo_push(&stripe->queue, entry, t);
-
-    if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN) {
-        /* We raced a stop whose final drain may not have seen our timeout:
-         * take it back unless the drain already took it (then it was handed
-         * back or dropped, and the schedule counts as done). */
-        uint32_t expected = HWT_TO_INIT;
-        if (atomic_compare_exchange_strong(&t->state, &expected,
-                                           HWT_TO_CANCELLED | HWT_TO_REJECTED)) {
-            hwt__pending_sub(timer, 1);
-            hwt__timeout_unref(t); /* the queue keeps the in-flight reference */
-            return HWT_ESTOPPED;
-        }
-    }
-    atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_relaxed);
-    maybe_wake_for(timer, deadline);
     if (out != NULL)
         *out = t;
-    else
-        hwt__timeout_unref(t);
+
+    hwt__fifo_push(&stripe->queue, entry, t);
+    atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_release);
+    maybe_wake_for(timer, deadline);
     return 0;
 }
 

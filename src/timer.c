@@ -106,6 +106,9 @@ static int init_queues(hwt_timer *timer)
             return HWT_ENOMEM;
         hwt__fifo_init(&timer->stripes[i].queue, stub);
     }
+    /* A queue always holds one stub entry: the timer owns those, so they
+     * do not keep its memory alive (see pool.c). */
+    atomic_fetch_sub(&timer->refs, HWT_STRIPES);
     return 0;
 }
 
@@ -151,6 +154,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     hwt__pool_init(&timer->pool);
 
     if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0 || init_queues(timer) != 0) {
+        hwt__pool_abandon_thread(timer);
         hwt__wheel_free(&timer->wheel);
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
@@ -296,9 +300,6 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
         pthread_join(timer->thread, NULL);
         timer->spawned = false;
     }
-    /* Nothing can be pending any more; a producer that raced the stop may
-     * still hold a reservation it is about to roll back: readers say 0. */
-    atomic_store(&timer->stopped, true);
     /* After the join (or a failed hand-back earlier) the list is ours. */
     if (want_list)
         rc = hand_back(timer, unprocessed, count);
@@ -310,27 +311,6 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 
 /* ---------------------------------------------------------------- destroy */
 
-/* Takes what producers that raced the stop left in the queue (taken back by
- * them, or - misuse - still being scheduled: then dropped like a stop). */
-static void drain_late_queue(hwt_timer *timer)
-{
-    struct hwt__qentry *garbage;
-    hwt_timeout *t;
-    for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        while ((t = hwt__fifo_pop(&timer->stripes[i].queue, &garbage)) != NULL) {
-            hwt__entry_free(timer, garbage);
-            uint32_t expected = HWT_TO_INIT;
-            if (atomic_compare_exchange_strong(&t->state, &expected,
-                                               HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
-                hwt__pending_sub(timer, 1);
-                atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, 1);
-                hwt__run_cancelled_callback(t);
-            }
-            hwt__timeout_unref(t);
-        }
-    }
-}
-
 void hwt_timer_destroy(hwt_timer *timer)
 {
     if (timer == NULL)
@@ -341,14 +321,14 @@ void hwt_timer_destroy(hwt_timer *timer)
         return;
     }
     hwt_stop(timer, NULL, NULL);
-    drain_late_queue(timer);
     atomic_fetch_sub(&live_timers, 1);
-    hwt__timer_unref(timer);
+    hwt__pool_forget_thread(timer);
+    hwt__timer_unref_n(timer, 1);
 }
 
-void hwt__timer_unref(hwt_timer *timer)
+void hwt__timer_unref_n(hwt_timer *timer, size_t n)
 {
-    if (atomic_fetch_sub_explicit(&timer->refs, 1, memory_order_acq_rel) != 1)
+    if (atomic_fetch_sub_explicit(&timer->refs, n, memory_order_acq_rel) != n)
         return;
     hwt__wheel_free(&timer->wheel);
     hwt__pool_destroy(&timer->pool);
@@ -361,8 +341,6 @@ void hwt__timer_unref(hwt_timer *timer)
 
 static int64_t read_pending(hwt_timer *timer)
 {
-    if (atomic_load(&timer->stopped))
-        return 0;
     if (timer->max_pending > 0)
         return atomic_load_explicit(&timer->pending, memory_order_relaxed);
     /* Stripes count up where a timeout was scheduled and down where it

@@ -29,18 +29,17 @@
 
 #include "internal.h"
 
-_Thread_local hwt_timer *hwt__current_worker;
+HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
 /* ---------------------------------------------------------- cancellation */
 
-/* The queue or the wheel let go of a timeout that was not expired by us:
- * cancelled by the user (its cancellation may not be processed yet), or taken
- * back by its producer. Drops the in-flight reference when nothing else is
- * owed. */
+/* The queue or the wheel let go of a timeout that a user cancelled (its
+ * cancellation may not be processed yet). Drops the in-flight reference once
+ * nothing else is owed. */
 static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_RELEASED;
-    if ((atomic_load(&t->state) & HWT_TO_REJECTED) || (t->wflags & HWT_W_CANCEL_DONE))
+    if (t->wflags & HWT_W_CANCEL_DONE)
         hwt__timeout_unref(t);
     else
         timer->awaiting_cancel++; /* process_cancels drops it */
@@ -227,8 +226,21 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
 /* Ends every timeout the timer still holds. Runs on the worker after the
  * loop saw SHUTDOWN: after it, no timeout of this timer can be cancelled or
  * expired any more, and every cancelled callback owed has been called. */
+/* Waits until every schedule call that saw the timer running has queued its
+ * timeout (or failed): after SHUTDOWN no other can start. */
+static void wait_for_producers(hwt_timer *timer)
+{
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        struct hwt__stripe *s = &timer->stripes[i];
+        while (atomic_load(&s->started) != atomic_load_explicit(&s->scheduled, memory_order_acquire) +
+                                                 atomic_load_explicit(&s->failed, memory_order_acquire))
+            sched_yield();
+    }
+}
+
 static void final_drain(hwt_timer *timer)
 {
+    wait_for_producers(timer);
     hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
     struct hwt__qentry *garbage;
     hwt_timeout *t;
