@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 static _Atomic(hwt__alloc_fail_fn) fail_hook;
 
@@ -42,4 +43,31 @@ void *hwt__aligned_alloc(hwt__alloc_site site, size_t alignment, size_t size)
 void hwt__free(void *p)
 {
     free(p);
+}
+
+void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment, int huge_pages)
+{
+    if (should_fail(site))
+        return NULL;
+    size_t span = size + alignment;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *p = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (p + size < raw + span)
+        munmap(p + size, (size_t)(raw + span - (p + size)));
+#ifdef MADV_HUGEPAGE
+    if (huge_pages)
+        madvise(p, size, MADV_HUGEPAGE);
+#else
+    (void)huge_pages;
+#endif
+    return p;
+}
+
+void hwt__unmap(void *p, size_t size)
+{
+    munmap(p, size);
 }

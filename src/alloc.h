@@ -27,4 +27,10 @@ void *hwt__calloc(hwt__alloc_site site, size_t count, size_t size);
 void *hwt__aligned_alloc(hwt__alloc_site site, size_t alignment, size_t size);
 void hwt__free(void *p);
 
+/* Page-backed memory aligned to `alignment` (a power of two >= the page
+ * size); with huge_pages, backed by transparent huge pages where available.
+ * Release with hwt__unmap(p, size). */
+void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment, int huge_pages);
+void hwt__unmap(void *p, size_t size);
+
 #endif

@@ -106,24 +106,53 @@ static struct mag chain(int cls, char *first, size_t stride, size_t n)
     return m;
 }
 
-static struct mag grow(hwt_timer *timer, int cls)
+/* Timeout memory comes in regions of 16 KiB chunks, each region twice the
+ * last up to 2 MiB: a small timer stays small, a big one takes few page
+ * faults (2 MiB regions are backed by transparent huge pages). The caller's
+ * cache gets the first chunk, the depot the rest. */
+#define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
+#define MAX_REGION_BYTES (UINT64_C(2) << 20)
+
+static struct mag grow_timeouts(hwt_timer *timer)
 {
-    struct mag m = {NULL, 0};
-    if (cls == HWT_POOL_TIMEOUTS) {
-        struct hwt__timeout_chunk *chunk = hwt__aligned_alloc(
-            HWT_SITE_TIMEOUT_POOL, HWT_TIMEOUT_CHUNK_BYTES, HWT_TIMEOUT_CHUNK_BYTES);
-        if (chunk == NULL)
-            return m;
+    const int cls = HWT_POOL_TIMEOUTS;
+    struct mag first = {NULL, 0};
+    size_t bytes = atomic_load_explicit(&timer->pool.next_region_bytes, memory_order_relaxed);
+    if (bytes == 0)
+        bytes = FIRST_REGION_BYTES;
+    char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES,
+                                    bytes == MAX_REGION_BYTES);
+    if (region == NULL)
+        return first;
+    atomic_store_explicit(&timer->pool.next_region_bytes,
+                          bytes * 2 > MAX_REGION_BYTES ? MAX_REGION_BYTES : bytes * 2,
+                          memory_order_relaxed);
+    struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)region;
+    head->region_bytes = bytes;
+    for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
+        struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)(region + off);
         chunk->timer = timer;
-        hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
-        m = chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout), TIMEOUTS_PER_CHUNK);
-    } else {
-        struct entry_chunk *chunk = hwt__aligned_alloc(HWT_SITE_ENTRY_POOL, 64, sizeof *chunk);
-        if (chunk == NULL)
-            return m;
-        hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
-        m = chain(cls, (char *)chunk->entries, sizeof(struct hwt__qentry), ENTRIES_PER_CHUNK);
+        struct mag m = chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout),
+                             TIMEOUTS_PER_CHUNK);
+        if (off == 0)
+            first = m;
+        else
+            depot_push(timer, cls, m);
     }
+    hwt__stack_push(&timer->pool.chunks[cls], &head->region_link);
+    atomic_fetch_add_explicit(&timer->refs, first.count, memory_order_relaxed);
+    return first;
+}
+
+static struct mag grow_entries(hwt_timer *timer)
+{
+    const int cls = HWT_POOL_ENTRIES;
+    struct mag m = {NULL, 0};
+    struct entry_chunk *chunk = hwt__aligned_alloc(HWT_SITE_ENTRY_POOL, 64, sizeof *chunk);
+    if (chunk == NULL)
+        return m;
+    hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
+    m = chain(cls, (char *)chunk->entries, sizeof(struct hwt__qentry), ENTRIES_PER_CHUNK);
     atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
     return m;
 }
@@ -135,17 +164,19 @@ void hwt__pool_init(struct hwt__pool *pool)
 
 void hwt__pool_destroy(struct hwt__pool *pool)
 {
-    static const size_t link_off[HWT_POOL_CLASSES] = {
-        [HWT_POOL_TIMEOUTS] = offsetof(struct hwt__timeout_chunk, chunk_link),
-        [HWT_POOL_ENTRIES] = offsetof(struct entry_chunk, chunk_link),
-    };
-    for (int cls = 0; cls < HWT_POOL_CLASSES; cls++) {
-        ck_stack_entry_t *e = hwt__stack_take_all(&pool->chunks[cls]);
-        while (e != NULL) {
-            ck_stack_entry_t *next = e->next;
-            hwt__free((char *)e - link_off[cls]);
-            e = next;
-        }
+    ck_stack_entry_t *e = hwt__stack_take_all(&pool->chunks[HWT_POOL_TIMEOUTS]);
+    while (e != NULL) {
+        ck_stack_entry_t *next = e->next;
+        struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)((char *)e - offsetof(
+                                                   struct hwt__timeout_chunk, region_link));
+        hwt__unmap(head, head->region_bytes);
+        e = next;
+    }
+    e = hwt__stack_take_all(&pool->chunks[HWT_POOL_ENTRIES]);
+    while (e != NULL) {
+        ck_stack_entry_t *next = e->next;
+        hwt__free((char *)e - offsetof(struct entry_chunk, chunk_link));
+        e = next;
     }
 }
 
@@ -223,7 +254,7 @@ static void *alloc(hwt_timer *timer, int cls)
         } else {
             *m = depot_pop(timer, cls);
             if (m->count == 0)
-                *m = grow(timer, cls);
+                *m = cls == HWT_POOL_TIMEOUTS ? grow_timeouts(timer) : grow_entries(timer);
             if (m->count == 0)
                 return NULL;
         }

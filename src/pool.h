@@ -24,13 +24,16 @@ enum { HWT_POOL_TIMEOUTS, HWT_POOL_ENTRIES, HWT_POOL_CLASSES };
 
 struct hwt__pool {
     _Alignas(16) ck_stack_t depot[HWT_POOL_CLASSES];  /* full magazines */
-    _Alignas(16) ck_stack_t chunks[HWT_POOL_CLASSES]; /* every chunk, for the final free */
+    _Alignas(16) ck_stack_t chunks[HWT_POOL_CLASSES]; /* every region/chunk, for the final free */
+    _Atomic size_t next_region_bytes;                 /* timeout regions grow geometrically */
 };
 
-/* Header of a timeout chunk, at its aligned start. */
+/* Header of a timeout chunk, at its aligned start. Chunks come in regions
+ * of one or more; the first chunk of a region also records the region. */
 struct hwt__timeout_chunk {
     hwt_timer *timer;
-    ck_stack_entry_t chunk_link;
+    ck_stack_entry_t region_link;
+    size_t region_bytes;
 };
 
 static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
