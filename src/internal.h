@@ -68,6 +68,14 @@ struct hwt_timeout {
 
 enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
 
+/* The timeouts a stop took (stopset.c). */
+struct hwt__stopset {
+    hwt_timeout **array;
+    size_t count, cap;
+    struct hwt__link *overflow; /* chained when the array could not grow */
+    size_t overflow_count;
+};
+
 #define HWT_STRIPES 8
 
 /* One stripe: a new-timeout queue (a ck_fifo, many producers, the worker
@@ -122,8 +130,7 @@ struct hwt_timer {
     _Alignas(64) struct hwt__wheel wheel;
     size_t awaiting_cancel;      /* let go of, cancellation not processed yet */
     unsigned next_stripe;        /* the stripe transfer starts with */
-    struct hwt__link *stop_list; /* what the final drain took (singly linked) */
-    size_t stop_count;
+    struct hwt__stopset stopped_set; /* what the final drain took */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
@@ -173,6 +180,14 @@ int hwt__timer_ensure_started(hwt_timer *timer);
 /* Drops n references to the timer's memory; the last one frees it. */
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
+
+/* stopset.c */
+void hwt__stopset_add(struct hwt__stopset *set, hwt_timeout *timeout);
+size_t hwt__stopset_size(const struct hwt__stopset *set);
+/* Hands everything over as one array (NULL if empty): 0 or HWT_ENOMEM. */
+int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *count);
+/* Calls each one's cancelled callback and drops it. */
+void hwt__stopset_drop(struct hwt__stopset *set);
 
 /* worker.c */
 void *hwt__worker_main(void *arg);

@@ -235,43 +235,6 @@ void hwt__kick(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- stop */
 
-/* Hands the final drain's timeouts over as an array: 0 or HWT_ENOMEM (then
- * the timer keeps them for a later stop or destroy). */
-static int hand_back(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
-{
-    *unprocessed = NULL;
-    *count = 0;
-    if (timer->stop_count == 0)
-        return 0;
-    hwt_timeout **array = hwt__malloc(HWT_SITE_STOP_LIST, timer->stop_count * sizeof *array);
-    if (array == NULL)
-        return HWT_ENOMEM;
-    size_t n = timer->stop_count;
-    struct hwt__link *node = timer->stop_list;
-    for (size_t i = n; i-- > 0; node = node->next) /* the list is newest first */
-        array[i] = hwt__timeout_of_link(node);
-    timer->stop_list = NULL;
-    timer->stop_count = 0;
-    *unprocessed = array;
-    *count = n;
-    return 0;
-}
-
-/* Drops what a failed hand-back left with the timer (on the calling thread). */
-static void drop_kept(hwt_timer *timer)
-{
-    struct hwt__link *node = timer->stop_list;
-    while (node != NULL) {
-        struct hwt__link *next = node->next;
-        hwt_timeout *t = hwt__timeout_of_link(node);
-        hwt__run_cancelled_callback(t);
-        hwt__timeout_unref(t);
-        node = next;
-    }
-    timer->stop_list = NULL;
-    timer->stop_count = 0;
-}
-
 int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 {
     if (timer == NULL || (unprocessed == NULL) != (count == NULL))
@@ -302,9 +265,9 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
     }
     /* After the join (or a failed hand-back earlier) the list is ours. */
     if (want_list)
-        rc = hand_back(timer, unprocessed, count);
+        rc = hwt__stopset_take(&timer->stopped_set, unprocessed, count);
     else
-        drop_kept(timer);
+        hwt__stopset_drop(&timer->stopped_set);
     pthread_mutex_unlock(&timer->lifecycle_lock);
     return rc;
 }

@@ -218,9 +218,7 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
         return;
     }
     t->wflags |= HWT_W_RELEASED;
-    t->link.next = timer->stop_list;
-    timer->stop_list = &t->link;
-    timer->stop_count++;
+    hwt__stopset_add(&timer->stopped_set, t);
 }
 
 /* Ends every timeout the timer still holds. Runs on the worker after the
@@ -257,20 +255,11 @@ static void final_drain(hwt_timer *timer)
         sched_yield();
         process_cancels(timer);
     }
-    hwt__pending_sub(timer, (int64_t)timer->stop_count);
-    atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, timer->stop_count);
-    if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP) {
-        struct hwt__link *node = timer->stop_list;
-        while (node != NULL) {
-            struct hwt__link *next = node->next;
-            t = hwt__timeout_of_link(node);
-            hwt__run_cancelled_callback(t);
-            hwt__timeout_unref(t);
-            node = next;
-        }
-        timer->stop_list = NULL;
-        timer->stop_count = 0;
-    }
+    size_t taken = hwt__stopset_size(&timer->stopped_set);
+    hwt__pending_sub(timer, (int64_t)taken);
+    atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, taken);
+    if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP)
+        hwt__stopset_drop(&timer->stopped_set);
 }
 
 void *hwt__worker_main(void *arg)
