@@ -35,7 +35,8 @@ enum {
     HWT_TO_EXPIRED = 2,    /* taken by the worker to run */
     HWT_TO_LIFE = 3,       /* mask of the lifecycle value */
     HWT_TO_BY_STOP = 4,    /* with CANCELLED: handed back or dropped by a stop */
-    HWT_TO_EXEC_ARMED = 8  /* with EXPIRED: handed to the executor, not yet run */
+    HWT_TO_EXEC_ARMED = 8, /* with EXPIRED: handed to the executor, not yet run */
+    HWT_TO_PAIR = 16       /* set at creation: the task is an interned pair */
 };
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
@@ -45,6 +46,18 @@ enum {
     HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
 };
 
+/* A timeout's task when it has a cancelled callback (tasks.c). */
+struct hwt__task_pair {
+    hwt_task_fn run, cancelled;
+};
+
+#define HWT_PAIRS_PER_BLOCK 30
+struct hwt__pair_block {
+    struct hwt__pair_block *next;
+    _Atomic unsigned count;
+    struct hwt__task_pair pairs[HWT_PAIRS_PER_BLOCK];
+};
+
 /* A doubly linked list node; also the bucket list of the wheel. */
 struct hwt__link {
     struct hwt__link *next, *prev;
@@ -52,12 +65,14 @@ struct hwt__link {
 
 struct hwt_timeout {
     union {
-        struct hwt__link link;   /* wheel bucket (worker); stop's hand-back list */
+        struct hwt__link link;    /* wheel bucket (worker); stop's hand-back list */
         struct hwt__mag_head mag; /* while free: heads a magazine (pool.c) */
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
-    hwt_task_fn run;
-    hwt_task_fn cancelled;
+    union {
+        hwt_task_fn run;                   /* without HWT_TO_PAIR */
+        const struct hwt__task_pair *pair; /* with HWT_TO_PAIR (tasks.c) */
+    };
     void *arg;
     int64_t deadline; /* ns since the worker started; >= time scheduled */
     _Atomic uint32_t state;
@@ -84,10 +99,10 @@ struct hwt__stopset {
 struct hwt__stripe {
     _Alignas(64) ck_fifo_mpmc_t queue;
     _Alignas(64) ck_stack_t cancels;
-    _Atomic int64_t pending;     /* only with unlimited max_pending; may go below 0 */
-    _Atomic uint64_t started;    /* schedule calls past argument checks... */
-    _Atomic uint64_t scheduled;  /* ...that succeeded (their timeout is queued) */
-    _Atomic uint64_t failed;     /* ...that failed; the stop waits for the three to add up */
+    _Atomic int64_t pending;    /* only with unlimited max_pending; may go below 0 */
+    _Atomic uint64_t started;   /* schedule calls past argument checks... */
+    _Atomic uint64_t scheduled; /* ...that succeeded (their timeout is queued) */
+    _Atomic uint64_t failed;    /* ...that failed; the stop waits for the three to add up */
     _Atomic uint64_t cancelled;
     _Atomic uint64_t rejected;
 };
@@ -113,13 +128,13 @@ struct hwt_timer {
 
     /* ---- producer side: any thread */
     _Alignas(64) _Atomic int state;
-    _Atomic int64_t pending;     /* only with max_pending > 0: the exact reservation count */
-    _Atomic uint64_t refs;       /* creator's + one per allocated timeout */
+    _Atomic int64_t pending; /* only with max_pending > 0: the exact reservation count */
+    _Atomic uint64_t refs;   /* creator's + one per allocated timeout */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
-    _Atomic int cancel_watch;    /* 1: the worker will wake soon enough for cancels */
-    _Atomic int kicked;          /* someone already woke the worker since it planned */
-    _Atomic uint32_t wake_seq;   /* the futex word the worker sleeps on */
-    _Atomic uint64_t transferred; /* timeouts the worker took from the queues */
+    _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
+    _Atomic int kicked;                       /* someone already woke the worker since it planned */
+    _Atomic uint32_t wake_seq;                /* the futex word the worker sleeps on */
+    _Atomic uint64_t transferred;             /* timeouts the worker took from the queues */
 
     /* Threads are spread over stripes so that producers and cancellers on
      * different threads do not share cache lines (see hwt__stripe_index). */
@@ -128,12 +143,17 @@ struct hwt_timer {
 
     /* ---- worker side */
     _Alignas(64) struct hwt__wheel wheel;
-    size_t awaiting_cancel;      /* let go of, cancellation not processed yet */
-    unsigned next_stripe;        /* the stripe transfer starts with */
+    size_t awaiting_cancel;          /* let go of, cancellation not processed yet */
+    unsigned next_stripe;            /* the stripe transfer starts with */
     struct hwt__stopset stopped_set; /* what the final drain took */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
+
+    /* ---- interned task pairs (tasks.c) */
+    uint64_t id; /* unique in the process, never 0 */
+    _Atomic(struct hwt__pair_block *) tasks;
+    pthread_mutex_t tasks_lock;
 
     /* ---- lifecycle, under lifecycle_lock */
     pthread_mutex_t lifecycle_lock;
@@ -189,6 +209,32 @@ int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *co
 /* Calls each one's cancelled callback and drops it. */
 void hwt__stopset_drop(struct hwt__stopset *set);
 
+/* tasks.c */
+/* The interned pair, or NULL when memory is exhausted. Any thread. */
+const struct hwt__task_pair *hwt__task_pair(hwt_timer *timer, hwt_task_fn run,
+                                            hwt_task_fn cancelled);
+void hwt__task_pairs_free(hwt_timer *timer);
+
+/* The one state change every timeout makes: from INIT to `to` (keeping
+ * the creation flags). True for the one caller that wins; *now gets the
+ * new state. */
+static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t *now)
+{
+    uint32_t cur = atomic_load(&t->state);
+    if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
+        return false;
+    uint32_t next = (cur & HWT_TO_PAIR) | to;
+    if (!atomic_compare_exchange_strong(&t->state, &cur, next))
+        return false;
+    *now = next;
+    return true;
+}
+
+static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)
+{
+    return (state & HWT_TO_PAIR) ? t->pair->run : t->run;
+}
+
 /* worker.c */
 void *hwt__worker_main(void *arg);
 
@@ -207,6 +253,7 @@ static inline hwt_timeout *hwt__timeout_of_stack(ck_stack_entry_t *entry)
     return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, stack_link));
 }
 
-_Static_assert(sizeof(struct hwt_timeout) == 64, "a timeout is one cache line");
+_Static_assert(sizeof(struct hwt_timeout) == 56,
+               "a timeout is 56 bytes (SPEC 4: <= 64 per pending)");
 
 #endif

@@ -132,8 +132,8 @@ static struct mag grow_timeouts(hwt_timer *timer)
     for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
         struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)(region + off);
         chunk->timer = timer;
-        struct mag m = chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout),
-                             TIMEOUTS_PER_CHUNK);
+        struct mag m =
+            chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout), TIMEOUTS_PER_CHUNK);
         if (off == 0)
             first = m;
         else
@@ -167,8 +167,9 @@ void hwt__pool_destroy(struct hwt__pool *pool)
     ck_stack_entry_t *e = hwt__stack_take_all(&pool->chunks[HWT_POOL_TIMEOUTS]);
     while (e != NULL) {
         ck_stack_entry_t *next = e->next;
-        struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)((char *)e - offsetof(
-                                                   struct hwt__timeout_chunk, region_link));
+        struct hwt__timeout_chunk *head =
+            (struct hwt__timeout_chunk *)((char *)e -
+                                          offsetof(struct hwt__timeout_chunk, region_link));
         hwt__unmap(head, head->region_bytes);
         e = next;
     }

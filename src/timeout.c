@@ -101,6 +101,11 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
+    const struct hwt__task_pair *pair = NULL;
+    if (cancelled != NULL && (pair = hwt__task_pair(timer, run, cancelled)) == NULL) {
+        hwt__pending_sub(timer, 1);
+        return fail(stripe, HWT_ENOMEM);
+    }
     hwt_timeout *t = hwt__timeout_alloc(timer);
     struct hwt__qentry *entry = t != NULL ? hwt__entry_alloc(timer) : NULL;
     if (entry == NULL) {
@@ -109,8 +114,10 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         hwt__pending_sub(timer, 1);
         return fail(stripe, HWT_ENOMEM);
     }
-    t->run = run;
-    t->cancelled = cancelled;
+    if (pair != NULL)
+        t->pair = pair;
+    else
+        t->run = run;
     t->arg = arg;
     int64_t now = hwt__rel_now(timer);
     int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
@@ -122,7 +129,8 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     /* The queue's in-flight reference, and the caller's handle. Once queued
      * the timeout may run and be recycled at any moment: not touched again. */
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
-    atomic_store_explicit(&t->state, HWT_TO_INIT, memory_order_relaxed);
+    atomic_store_explicit(&t->state, pair != NULL ? HWT_TO_INIT | HWT_TO_PAIR : HWT_TO_INIT,
+                          memory_order_relaxed);
     if (out != NULL)
         *out = t;
 
@@ -150,8 +158,8 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
 {
     if (timeout == NULL)
         return false;
-    uint32_t expected = HWT_TO_INIT;
-    if (!atomic_compare_exchange_strong(&timeout->state, &expected, HWT_TO_CANCELLED))
+    uint32_t now;
+    if (!hwt__timeout_leave_init(timeout, HWT_TO_CANCELLED, &now))
         return false;
     hwt_timer *timer = hwt__timer_of(timeout);
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
@@ -182,7 +190,7 @@ hwt_timer *hwt_timeout_timer(const hwt_timeout *timeout)
 
 hwt_task_fn hwt_timeout_task(const hwt_timeout *timeout)
 {
-    return timeout != NULL ? timeout->run : NULL;
+    return timeout != NULL ? hwt__task_run(timeout, atomic_load(&timeout->state)) : NULL;
 }
 
 void *hwt_timeout_arg(const hwt_timeout *timeout)
@@ -210,14 +218,14 @@ void hwt_timeout_run(hwt_timeout *timeout)
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
     hwt__record_lateness(hwt__timer_of(timeout), timeout);
-    timeout->run(timeout, timeout->arg);
+    hwt__task_run(timeout, prev)(timeout, timeout->arg);
     hwt__timeout_unref(timeout);
 }
 
 void hwt__run_cancelled_callback(hwt_timeout *timeout)
 {
-    if (timeout->cancelled != NULL)
-        timeout->cancelled(timeout, timeout->arg);
+    if (atomic_load_explicit(&timeout->state, memory_order_relaxed) & HWT_TO_PAIR)
+        timeout->pair->cancelled(timeout, timeout->arg);
 }
 
 void hwt__timeout_unref(hwt_timeout *timeout)

@@ -20,6 +20,7 @@
 
 static atomic_int live_timers;
 static atomic_bool warned_too_many;
+static _Atomic uint64_t last_timer_id;
 
 const char *hwt_version(void)
 {
@@ -161,6 +162,8 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         return HWT_ENOMEM;
     }
     pthread_mutex_init(&timer->lifecycle_lock, NULL);
+    pthread_mutex_init(&timer->tasks_lock, NULL);
+    timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
     pthread_condattr_t cattr;
     pthread_condattr_init(&cattr);
     pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
@@ -295,6 +298,8 @@ void hwt__timer_unref_n(hwt_timer *timer, size_t n)
         return;
     hwt__wheel_free(&timer->wheel);
     hwt__pool_destroy(&timer->pool);
+    hwt__task_pairs_free(timer);
+    pthread_mutex_destroy(&timer->tasks_lock);
     pthread_mutex_destroy(&timer->lifecycle_lock);
     pthread_cond_destroy(&timer->started_cond);
     hwt__free(timer);

@@ -134,9 +134,9 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget)
 static void expire(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
-    uint32_t expected = HWT_TO_INIT;
+    uint32_t state;
     uint32_t target = HWT_TO_EXPIRED | (timer->executor != NULL ? HWT_TO_EXEC_ARMED : 0);
-    if (!atomic_compare_exchange_strong(&t->state, &expected, target)) {
+    if (!hwt__timeout_leave_init(t, target, &state)) {
         let_go_cancelled(timer, t);
         return;
     }
@@ -149,7 +149,7 @@ static void expire(void *ctx, hwt_timeout *t)
         return;
     }
     hwt__record_lateness(timer, t);
-    t->run(t, t->arg);
+    hwt__task_run(t, state)(t, t->arg);
     hwt__timeout_unref(t);
 }
 
@@ -212,8 +212,8 @@ static void run_loop(hwt_timer *timer)
 static void take_for_stop(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
-    uint32_t expected = HWT_TO_INIT;
-    if (!atomic_compare_exchange_strong(&t->state, &expected, HWT_TO_CANCELLED | HWT_TO_BY_STOP)) {
+    uint32_t state;
+    if (!hwt__timeout_leave_init(t, HWT_TO_CANCELLED | HWT_TO_BY_STOP, &state)) {
         let_go_cancelled(timer, t);
         return;
     }
@@ -230,8 +230,9 @@ static void wait_for_producers(hwt_timer *timer)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
-        while (atomic_load(&s->started) != atomic_load_explicit(&s->scheduled, memory_order_acquire) +
-                                                 atomic_load_explicit(&s->failed, memory_order_acquire))
+        while (atomic_load(&s->started) !=
+               atomic_load_explicit(&s->scheduled, memory_order_acquire) +
+                   atomic_load_explicit(&s->failed, memory_order_acquire))
             sched_yield();
     }
 }
