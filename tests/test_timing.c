@@ -388,9 +388,10 @@ static void test_saturation_min_fires_promptly(void **state)
 
 /* Delays k * step (k = 1..n) scheduled in a scrambled order must run in
  * deadline order wherever the deadlines are two ticks or more apart - among
- * timeouts the worker could see (SPEC: "already moved into buckets"): one
- * whose hwt_new_timeout had not returned when the other ran (a preempted
- * test thread) is not compared. */
+ * timeouts the worker could see (SPEC: "already moved into buckets"): i is
+ * compared with j only if i was queued (hwt_new_timeout returned) before j's
+ * deadline, since the worker's wake-up for j's tick transfers first. A test
+ * thread preempted for longer than that is not a library fault. */
 static void order_case(int64_t tick_ns, uint32_t wheel, int64_t step_ns, int n)
 {
     hwt_timer *timer = mk(tick_ns, HWT_NANOSECONDS, wheel, HWT_SLEEP_PRECISE);
@@ -403,7 +404,7 @@ static void order_case(int64_t tick_ns, uint32_t wheel, int64_t step_ns, int n)
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < n; j++) {
             int64_t di = g_p[i].sched_ns + g_p[i].delay_ns, dj = g_p[j].sched_ns + g_p[j].delay_ns;
-            if (di + 2 * tick_ns <= dj && g_p[i].queued_ns < atomic_load(&g_p[j].run_ns) &&
+            if (di + 2 * tick_ns <= dj && g_p[i].queued_ns < dj &&
                 atomic_load(&g_p[i].seq) > atomic_load(&g_p[j].seq)) {
                 if (!wrong)
                     print_message("delay %lld ms ran after delay %lld ms\n", (long long)(g_p[i].delay_ns / MS),
