@@ -99,7 +99,6 @@ struct hwt__stopset {
 struct hwt__stripe {
     _Alignas(64) ck_fifo_mpmc_t queue;
     _Alignas(64) ck_stack_t cancels;
-    _Atomic int64_t pending;    /* only with unlimited max_pending; may go below 0 */
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
     _Atomic uint64_t scheduled; /* ...that succeeded (their timeout is queued) */
     _Atomic uint64_t failed;    /* ...that failed; the stop waits for the three to add up */
@@ -161,7 +160,6 @@ struct hwt_timer {
     pthread_t thread;
     bool spawned;              /* a worker was created and not joined yet */
     _Atomic bool worker_ready; /* written under lifecycle_lock, read by stats */
-    _Atomic bool stopped;      /* a stop has completed: nothing is pending */
     _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
 };
 
@@ -178,13 +176,13 @@ static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
     return &timer->stripes[hwt__stripe_index()];
 }
 
-/* Counts n timeouts out of the pending total (cancel, expiry, stop). */
+/* Counts n timeouts out of the pending total (cancel, expiry, stop). Only
+ * limited timers keep an exact total; unlimited ones derive it from the
+ * stripes' counters (see read_pending in timer.c). */
 static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
 {
     if (timer->max_pending > 0)
         atomic_fetch_sub_explicit(&timer->pending, n, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&hwt__my_stripe(timer)->pending, n, memory_order_relaxed);
 }
 
 /* Nanoseconds since the worker started (callers: after the start latch). */

@@ -30,14 +30,12 @@ unsigned hwt__stripe_index(void)
 }
 
 /* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
- * Unlimited timers count on the caller's stripe (no shared cache line);
- * limited ones need the exact total. */
+ * Only limited timers need the exact total (a shared counter); unlimited
+ * ones count nothing more than the stripe's `started`. */
 static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 {
-    if (timer->max_pending <= 0) {
-        atomic_fetch_add_explicit(&stripe->pending, 1, memory_order_relaxed);
+    if (timer->max_pending <= 0)
         return 0;
-    }
     int64_t cur = atomic_load_explicit(&timer->pending, memory_order_relaxed);
     do {
         if (cur >= timer->max_pending) {

@@ -311,11 +311,16 @@ static int64_t read_pending(hwt_timer *timer)
 {
     if (timer->max_pending > 0)
         return atomic_load_explicit(&timer->pending, memory_order_relaxed);
-    /* Stripes count up where a timeout was scheduled and down where it
-     * ended: only the sum means something, and a racing read may dip. */
-    int64_t sum = 0;
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        sum += atomic_load_explicit(&timer->stripes[i].pending, memory_order_relaxed);
+    /* Scheduled (counted when a call starts, so a task never sees itself)
+     * minus ended. The stripes are read one by one while others count: a
+     * racing read may be off for a moment, never below 0. */
+    int64_t sum = -(int64_t)atomic_load_explicit(&timer->expired, memory_order_relaxed);
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        struct hwt__stripe *s = &timer->stripes[i];
+        sum += (int64_t)(atomic_load_explicit(&s->started, memory_order_relaxed) -
+                         atomic_load_explicit(&s->failed, memory_order_relaxed) -
+                         atomic_load_explicit(&s->cancelled, memory_order_relaxed));
+    }
     return sum > 0 ? sum : 0;
 }
 
