@@ -1,0 +1,814 @@
+/*
+ * hwt-bench.c - the libhwtimer side of the side-by-side benchmark against
+ * Netty's HashedWheelTimer (its twin is bench/netty/HwtBench.java).
+ *
+ *   hwt-bench WORKLOAD [key=value ...]
+ *   hwt-bench version
+ *
+ * Workloads (issue 3): schedule, cancel, churn, expire, precision, idle,
+ * hold, memory. Each run prints exactly one line on stdout,
+ *
+ *   hwtimer WORKLOAD key=value key=value ...
+ *
+ * the parameters first, then the figures. Diagnostics go to stderr; any
+ * failure of the library exits with status 1.
+ *
+ * Keys (defaults in brackets; every workload takes every key, most use few):
+ *   n=         timeouts                        [1000000; precision 10000]
+ *   threads=   producer / canceller threads    [2]
+ *   tick_us=   tick in microseconds            [1000; precision 100]
+ *   wheel=     ticks per wheel                 [512]
+ *   seconds=   measuring window, idle and hold [5]
+ *   span_ms=   delays uniform in [0, span_ms), expire and precision
+ *                                              [expire 2000; precision 1000]
+ *   settle_ms= wait before measuring, hold and memory [hold 1000; memory 1500]
+ *   wait_ms=   wait between scheduling and cancelling, cancel [200]
+ *   ring=      handles per thread, churn       [1000]
+ *   seed=      seed of the delays (splitmix64, same sequence as the Java twin) [42]
+ *   dump=FILE  expire/precision: write every task's lateness in microseconds,
+ *              sorted ascending, one per line (for bench/plot.gnuplot)
+ *
+ * In every workload the worker is started first with one 1-hour timeout, so
+ * start-up is never measured (it is also the "1" in "pending <= 1" and in
+ * list = n + 1). The worker thread is named "hwt-bench"; its CPU time is read
+ * through its thread CPU clock (found by name in /proc/self/task/, + /comm),
+ * falling back to utime + stime from /proc/self/task/TID/stat.
+ *
+ * Delays are drawn before anything is timed, into a preallocated array, so
+ * that the random number generator is not measured; arrays written by tasks
+ * are pre-faulted so that a task never takes a page fault.
+ */
+#define _GNU_SOURCE
+#include <hwtimer.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WORKER_NAME "hwt-bench"
+#define MS_NS INT64_C(1000000)
+#define S_NS INT64_C(1000000000)
+
+/* --------------------------------------------------------------- helpers */
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hwt-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void check(int rc, const char *what)
+{
+    if (rc != 0)
+        die("%s: %s (%d)", what, hwt_strerror(rc), rc);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / S_NS), (long)(ns % S_NS)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void *xmalloc(size_t size)
+{
+    void *p = malloc(size == 0 ? 1 : size);
+    if (p == NULL)
+        die("out of memory (%zu bytes)", size);
+    return p;
+}
+
+/* Writes every page so that later writes (from a task) do not fault. A plain
+ * memset(0) after malloc may be turned into calloc, which does not. */
+static void prefault(void *p, size_t size)
+{
+    volatile char *c = p;
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < size; i += (size_t)page)
+        c[i] = 1;
+    memset(p, 0, size);
+    if (size > 0)
+        c[0] = 0;
+}
+
+/* splitmix64: the Java twin uses the same generator and the same mapping,
+ * so both sides schedule the same delays for the same seed. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* n delays in nanoseconds, uniform in [lo, hi). */
+static int64_t *uniform_delays(size_t n, int64_t lo, int64_t hi, uint64_t seed)
+{
+    int64_t *d = xmalloc(n * sizeof *d);
+    uint64_t state = seed;
+    uint64_t range = (uint64_t)(hi - lo);
+    for (size_t i = 0; i < n; i++)
+        d[i] = lo + (int64_t)((splitmix64(&state) >> 1) % (range == 0 ? 1 : range));
+    return d;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static int64_t percentile(const int64_t *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    double rank = p / 100.0 * (double)n;
+    size_t idx = (size_t)rank;
+    if ((double)idx < rank)
+        idx++;
+    if (idx == 0)
+        idx = 1;
+    if (idx > n)
+        idx = n;
+    return sorted[idx - 1];
+}
+
+/* ------------------------------------------------------ the output line */
+
+static char line[2048];
+static size_t line_len;
+
+static void put(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (line_len < sizeof line - 1) {
+        int w = vsnprintf(line + line_len, sizeof line - line_len, fmt, ap);
+        if (w > 0)
+            line_len += (size_t)w;
+        if (line_len > sizeof line - 1)
+            line_len = sizeof line - 1;
+    }
+    va_end(ap);
+}
+
+/* -------------------------------------------------------- configuration */
+
+struct config {
+    const char *workload;
+    long n, threads, tick_us, wheel, span_ms, settle_ms, wait_ms, ring;
+    double seconds;
+    uint64_t seed;
+    const char *dump;
+};
+
+static long parse_long(const char *key, const char *v, long min)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < min)
+        die("bad value for %s: '%s' (an integer >= %ld)", key, v, min);
+    return x;
+}
+
+static void parse_args(struct config *c, int argc, char **argv)
+{
+    c->n = c->tick_us = c->span_ms = c->settle_ms = -1;
+    c->threads = 2;
+    c->wheel = 512;
+    c->wait_ms = 200;
+    c->ring = 1000;
+    c->seconds = 5.0;
+    c->seed = 42;
+    c->dump = NULL;
+    for (int i = 2; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (eq == NULL)
+            die("expected key=value, got '%s'", argv[i]);
+        *eq = '\0';
+        const char *k = argv[i], *v = eq + 1;
+        if (strcmp(k, "n") == 0)
+            c->n = parse_long(k, v, 1);
+        else if (strcmp(k, "threads") == 0)
+            c->threads = parse_long(k, v, 1);
+        else if (strcmp(k, "tick_us") == 0)
+            c->tick_us = parse_long(k, v, 1);
+        else if (strcmp(k, "wheel") == 0)
+            c->wheel = parse_long(k, v, 1);
+        else if (strcmp(k, "span_ms") == 0)
+            c->span_ms = parse_long(k, v, 1);
+        else if (strcmp(k, "settle_ms") == 0)
+            c->settle_ms = parse_long(k, v, 0);
+        else if (strcmp(k, "wait_ms") == 0)
+            c->wait_ms = parse_long(k, v, 0);
+        else if (strcmp(k, "ring") == 0)
+            c->ring = parse_long(k, v, 1);
+        else if (strcmp(k, "seed") == 0)
+            c->seed = (uint64_t)parse_long(k, v, 0);
+        else if (strcmp(k, "dump") == 0)
+            c->dump = v;
+        else if (strcmp(k, "seconds") == 0) {
+            char *end;
+            c->seconds = strtod(v, &end);
+            if (end == v || *end != '\0' || !(c->seconds > 0) || c->seconds > 86400)
+                die("bad value for seconds: '%s'", v);
+        } else
+            die("unknown key '%s'", k);
+    }
+    int precision = strcmp(c->workload, "precision") == 0;
+    if (c->n < 0)
+        c->n = precision ? 10000 : 1000000;
+    if (c->tick_us < 0)
+        c->tick_us = precision ? 100 : 1000;
+    if (c->span_ms < 0)
+        c->span_ms = precision ? 1000 : 2000;
+    if (c->settle_ms < 0)
+        c->settle_ms = strcmp(c->workload, "memory") == 0 ? 1500 : 1000;
+    if (c->wheel > (1L << 30))
+        die("wheel must be <= 2^30");
+}
+
+static void put_params(const struct config *c)
+{
+    put("hwtimer %s n=%ld threads=%ld tick_us=%ld wheel=%ld", c->workload, c->n, c->threads,
+        c->tick_us, c->wheel);
+}
+
+/* --------------------------------------------------- timer and worker */
+
+static void noop(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+/* Creates the timer and starts its worker with one 1-hour timeout. */
+static hwt_timer *start_timer(const struct config *c)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = (uint64_t)c->tick_us;
+    o.tick_unit = HWT_MICROSECONDS;
+    o.ticks_per_wheel = (uint32_t)c->wheel;
+    o.thread_name = WORKER_NAME;
+    hwt_timer *timer;
+    check(hwt_timer_create(&timer, &o), "hwt_timer_create");
+    check(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), "hwt_new_timeout (1 hour)");
+    return timer;
+}
+
+/* The worker's thread id, found by name in /proc/self/task/TID/comm. */
+static pid_t worker_tid(void)
+{
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        DIR *dir = opendir("/proc/self/task");
+        if (dir == NULL)
+            return -1;
+        struct dirent *e;
+        pid_t found = -1;
+        while ((e = readdir(dir)) != NULL) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            char path[300], comm[32] = "";
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (f == NULL)
+                continue;
+            if (fgets(comm, sizeof comm, f) != NULL) {
+                comm[strcspn(comm, "\n")] = '\0';
+                if (strcmp(comm, WORKER_NAME) == 0)
+                    found = (pid_t)atoi(e->d_name);
+            }
+            fclose(f);
+        }
+        closedir(dir);
+        if (found > 0)
+            return found;
+        sleep_ns(MS_NS); /* the worker names itself when it starts */
+    }
+    return -1;
+}
+
+/* CPU time of thread `tid` of this process, in nanoseconds: its thread CPU
+ * clock (what pthread_getcpuclockid gives: the kernel's encoding of a
+ * per-thread CPUCLOCK_SCHED clock), else utime + stime from /proc (in clock
+ * ticks, coarse). -1 if neither works. */
+static int64_t thread_cpu_ns(pid_t tid)
+{
+    clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6u);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) == 0)
+        return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may hold spaces */
+    if (p == NULL)
+        return -1;
+    unsigned long long utime = 0, stime = 0;
+    /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt
+     * majflt cmajflt utime(14) stime(15) */
+    if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) !=
+        2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    return (int64_t)((utime + stime) * (unsigned long long)(S_NS / (hz > 0 ? hz : 100)));
+}
+
+/* Voluntary + involuntary context switches of thread `tid` (-1 if unknown). */
+static void thread_ctxsw(pid_t tid, long long *vol, long long *invol)
+{
+    char path[64], buf[256];
+    *vol = *invol = -1;
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    while (fgets(buf, sizeof buf, f) != NULL) {
+        if (strncmp(buf, "voluntary_ctxt_switches:", 24) == 0)
+            *vol = atoll(buf + 24);
+        else if (strncmp(buf, "nonvoluntary_ctxt_switches:", 27) == 0)
+            *invol = atoll(buf + 27);
+    }
+    fclose(f);
+}
+
+/* Resident set size of the process in bytes. */
+static int64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        die("cannot open /proc/self/statm");
+    long long size, resident;
+    if (fscanf(f, "%lld %lld", &size, &resident) != 2)
+        die("cannot parse /proc/self/statm");
+    fclose(f);
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+/* ------------------------------------------------------ parallel phases */
+
+struct phase;
+typedef void (*phase_fn)(struct phase *ph, size_t self);
+
+/* P threads released together by a barrier; thread `self` handles indices
+ * self, self + P, ... of n. Wall time = last end - first start. */
+struct phase {
+    phase_fn fn;
+    size_t n, threads;
+    hwt_timer *timer;
+    const struct config *cfg;
+    const int64_t *delays;
+    hwt_timeout **handles;
+    int64_t *sched_at; /* expire: when each was scheduled */
+    pthread_barrier_t barrier;
+    int64_t *start, *end;
+    _Atomic uint64_t ok; /* successful operations (cancel: true results) */
+};
+
+struct phase_arg {
+    struct phase *ph;
+    size_t self;
+};
+
+static void *phase_thread(void *p)
+{
+    struct phase_arg *a = p;
+    pthread_barrier_wait(&a->ph->barrier);
+    a->ph->start[a->self] = now_ns();
+    a->ph->fn(a->ph, a->self);
+    a->ph->end[a->self] = now_ns();
+    return NULL;
+}
+
+/* Runs fn on ph->threads threads; returns the wall time in ns. */
+static int64_t run_phase(struct phase *ph, phase_fn fn)
+{
+    size_t p = ph->threads;
+    ph->fn = fn;
+    atomic_store(&ph->ok, 0);
+    ph->start = xmalloc(p * sizeof *ph->start);
+    ph->end = xmalloc(p * sizeof *ph->end);
+    pthread_t *tid = xmalloc(p * sizeof *tid);
+    struct phase_arg *args = xmalloc(p * sizeof *args);
+    if (pthread_barrier_init(&ph->barrier, NULL, (unsigned)p) != 0)
+        die("pthread_barrier_init");
+    for (size_t i = 0; i < p; i++) {
+        args[i] = (struct phase_arg){ph, i};
+        if (pthread_create(&tid[i], NULL, phase_thread, &args[i]) != 0)
+            die("pthread_create");
+    }
+    for (size_t i = 0; i < p; i++)
+        pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&ph->barrier);
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < p; i++) {
+        if (ph->start[i] < first)
+            first = ph->start[i];
+        if (ph->end[i] > last)
+            last = ph->end[i];
+    }
+    free(ph->start);
+    free(ph->end);
+    free(tid);
+    free(args);
+    return last - first;
+}
+
+static void init_phase(struct phase *ph, const struct config *c, hwt_timer *timer)
+{
+    memset(ph, 0, sizeof *ph);
+    ph->n = (size_t)c->n;
+    ph->threads = (size_t)c->threads;
+    ph->timer = timer;
+    ph->cfg = c;
+}
+
+/* Schedules delays[i] (ns) with the no-op task and no handle. */
+static void schedule_noop(struct phase *ph, size_t self)
+{
+    for (size_t i = self; i < ph->n; i += ph->threads)
+        check(hwt_new_timeout(ph->timer, noop, NULL, ph->delays[i], HWT_NANOSECONDS, NULL),
+              "hwt_new_timeout");
+}
+
+/* Schedules delays[i] (ns) with the no-op task, keeping handles[i]. */
+static void schedule_handles(struct phase *ph, size_t self)
+{
+    for (size_t i = self; i < ph->n; i += ph->threads)
+        check(
+            hwt_new_timeout(ph->timer, noop, NULL, ph->delays[i], HWT_NANOSECONDS, &ph->handles[i]),
+            "hwt_new_timeout");
+}
+
+static void cancel_handles(struct phase *ph, size_t self)
+{
+    uint64_t ok = 0;
+    for (size_t i = self; i < ph->n; i += ph->threads)
+        ok += hwt_timeout_cancel(ph->handles[i]);
+    atomic_fetch_add(&ph->ok, ok);
+}
+
+/* churn: a ring of handles per thread; cancel + release the slot's old
+ * handle, schedule a 30 s timeout into the slot. */
+static void churn_ring(struct phase *ph, size_t self)
+{
+    size_t ring = (size_t)ph->cfg->ring;
+    size_t iters = ph->n / ph->threads;
+    hwt_timeout **slots = &ph->handles[self * ring];
+    uint64_t ok = 0;
+    for (size_t k = 0, s = 0; k < iters; k++) {
+        if (slots[s] != NULL) {
+            ok += hwt_timeout_cancel(slots[s]);
+            hwt_timeout_release(slots[s]);
+        }
+        check(hwt_new_timeout(ph->timer, noop, NULL, 30, HWT_SECONDS, &slots[s]),
+              "hwt_new_timeout");
+        if (++s == ring)
+            s = 0;
+    }
+    atomic_fetch_add(&ph->ok, ok);
+}
+
+/* expire / precision: each task records when it ran. */
+static int64_t *ran_at;
+static _Atomic size_t ran_count;
+
+static void record_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    ran_at[(uintptr_t)arg] = now_ns();
+    atomic_fetch_add_explicit(&ran_count, 1, memory_order_release);
+}
+
+static void schedule_recorded(struct phase *ph, size_t self)
+{
+    for (size_t i = self; i < ph->n; i += ph->threads) {
+        ph->sched_at[i] = now_ns();
+        check(hwt_new_timeout(ph->timer, record_run, (void *)(uintptr_t)i, ph->delays[i],
+                              HWT_NANOSECONDS, NULL),
+              "hwt_new_timeout");
+    }
+}
+
+/* ------------------------------------------------------------ workloads */
+
+static void w_schedule(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = uniform_delays(ph.n, 10 * S_NS, 70 * S_NS, c->seed);
+    ph.delays = delays;
+    int64_t wall = run_phase(&ph, schedule_noop);
+
+    hwt_timeout **list;
+    size_t count;
+    int64_t t0 = now_ns();
+    check(hwt_stop(timer, &list, &count), "hwt_stop");
+    int64_t stop = now_ns() - t0;
+    t0 = now_ns();
+    hwt_timeouts_release(list, count);
+    int64_t release = now_ns() - t0;
+    hwt_timer_destroy(timer);
+    free(delays);
+
+    put_params(c);
+    put(" ns_per_op=%.1f stop_ms=%.1f list=%zu release_ms=%.1f", (double)wall / (double)ph.n,
+        (double)stop / 1e6, count, (double)release / 1e6);
+}
+
+static void w_cancel(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = xmalloc(ph.n * sizeof *delays);
+    for (size_t i = 0; i < ph.n; i++)
+        delays[i] = 10 * S_NS + (int64_t)(i % 60000) * MS_NS;
+    ph.delays = delays;
+    ph.handles = xmalloc(ph.n * sizeof *ph.handles);
+    prefault(ph.handles, ph.n * sizeof *ph.handles);
+    run_phase(&ph, schedule_handles);
+    sleep_ns(c->wait_ms * MS_NS);
+
+    int64_t wall = run_phase(&ph, cancel_handles);
+    int64_t done = now_ns();
+    uint64_t cancelled = atomic_load(&ph.ok);
+    int64_t deadline = done + 60 * S_NS;
+    while (hwt_pending_timeouts(timer) > 1 && now_ns() < deadline)
+        sleep_ns(50 * 1000);
+    int64_t pending_ns = now_ns() - done;
+    int64_t pending = hwt_pending_timeouts(timer);
+
+    int64_t t0 = now_ns();
+    for (size_t i = 0; i < ph.n; i++)
+        hwt_timeout_release(ph.handles[i]);
+    int64_t release = now_ns() - t0;
+    hwt_timer_destroy(timer);
+    free(ph.handles);
+    free(delays);
+
+    put_params(c);
+    put(" ns_per_op=%.1f pending_ms=%.2f cancelled=%" PRIu64 " pending=%" PRId64
+        " release_ns_per_op=%.1f",
+        (double)wall / (double)ph.n, (double)pending_ns / 1e6, cancelled, pending,
+        (double)release / (double)ph.n);
+}
+
+static void w_churn(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    size_t slots = ph.threads * (size_t)c->ring;
+    ph.handles = xmalloc(slots * sizeof *ph.handles);
+    memset(ph.handles, 0, slots * sizeof *ph.handles);
+    int64_t wall = run_phase(&ph, churn_ring);
+    size_t pairs = (ph.n / ph.threads) * ph.threads;
+    uint64_t cancelled = atomic_load(&ph.ok);
+    for (size_t i = 0; i < slots; i++) {
+        if (ph.handles[i] != NULL) {
+            hwt_timeout_cancel(ph.handles[i]);
+            hwt_timeout_release(ph.handles[i]);
+        }
+    }
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    hwt_timer_destroy(timer);
+    free(ph.handles);
+
+    put_params(c);
+    put(" ring=%ld ns_per_op=%.1f pairs=%zu cancelled=%" PRIu64 " wakeups=%" PRIu64, c->ring,
+        (double)wall / (double)(pairs ? pairs : 1), pairs, cancelled, st.wakeups);
+}
+
+static void write_dump(const char *path, const int64_t *sorted, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        die("cannot write %s: %s", path, strerror(errno));
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%.3f\n", (double)sorted[i] / 1e3);
+    if (fclose(f) != 0)
+        die("cannot write %s", path);
+}
+
+/* expire and precision: n timeouts uniform in [0, span_ms); lateness =
+ * run - (time scheduled + delay). */
+static void w_expire(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = uniform_delays(ph.n, 0, c->span_ms * MS_NS, c->seed);
+    ph.delays = delays;
+    ph.sched_at = xmalloc(ph.n * sizeof *ph.sched_at);
+    ran_at = xmalloc(ph.n * sizeof *ran_at);
+    prefault(ph.sched_at, ph.n * sizeof *ph.sched_at);
+    prefault(ran_at, ph.n * sizeof *ran_at);
+    atomic_store(&ran_count, 0);
+
+    int64_t t0 = now_ns();
+    int64_t wall = run_phase(&ph, schedule_recorded);
+    int64_t deadline = now_ns() + c->span_ms * MS_NS + 60 * S_NS;
+    while (atomic_load_explicit(&ran_count, memory_order_acquire) < ph.n) {
+        if (now_ns() > deadline)
+            die("%s: only %zu of %zu tasks ran", c->workload, atomic_load(&ran_count), ph.n);
+        sleep_ns(MS_NS);
+    }
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    hwt_timer_destroy(timer);
+
+    int64_t last = INT64_MIN;
+    size_t early = 0;
+    int64_t *late = xmalloc(ph.n * sizeof *late);
+    double sum = 0;
+    for (size_t i = 0; i < ph.n; i++) {
+        if (ran_at[i] > last)
+            last = ran_at[i];
+        late[i] = ran_at[i] - (ph.sched_at[i] + delays[i]);
+        early += late[i] < 0;
+        sum += (double)late[i];
+    }
+    qsort(late, ph.n, sizeof *late, cmp_i64);
+    if (c->dump != NULL)
+        write_dump(c->dump, late, ph.n);
+
+    put_params(c);
+    put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
+        "p999_us=%.1f max_us=%.1f mean_us=%.1f early=%zu stats_late_max_us=%.1f wakeups=%" PRIu64,
+        c->span_ms, (double)(last - t0) / 1e6, (double)wall / (double)ph.n,
+        (double)percentile(late, ph.n, 50) / 1e3, (double)percentile(late, ph.n, 90) / 1e3,
+        (double)percentile(late, ph.n, 99) / 1e3, (double)percentile(late, ph.n, 99.9) / 1e3,
+        (double)late[ph.n - 1] / 1e3, sum / (double)ph.n / 1e3, early, (double)st.late_max_ns / 1e3,
+        st.wakeups);
+    free(late);
+    free(ran_at);
+    free(ph.sched_at);
+    free(delays);
+}
+
+struct worker_sample {
+    int64_t at, cpu_ns;
+    long long vol, invol;
+    hwt_stats st;
+};
+
+static void sample_worker(hwt_timer *timer, pid_t tid, struct worker_sample *s)
+{
+    s->at = now_ns();
+    s->cpu_ns = thread_cpu_ns(tid);
+    thread_ctxsw(tid, &s->vol, &s->invol);
+    hwt_timer_stats(timer, &s->st);
+}
+
+/* Worker CPU, wake-ups and context switches between two samples. */
+static void put_worker_delta(const struct worker_sample *a, const struct worker_sample *b)
+{
+    put(" window_s=%.2f cpu_ms=%.3f wakeups=%" PRIu64 " vcsw=%lld ivcsw=%lld ticks=%" PRIu64
+        " worker_cpu_total_ms=%.3f",
+        (double)(b->at - a->at) / 1e9, (double)(b->cpu_ns - a->cpu_ns) / 1e6,
+        b->st.wakeups - a->st.wakeups, b->vol - a->vol, b->invol - a->invol,
+        b->st.ticks - a->st.ticks, (double)b->cpu_ns / 1e6);
+}
+
+static void w_idle(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    pid_t tid = worker_tid();
+    if (tid < 0)
+        die("worker thread '%s' not found in /proc/self/task", WORKER_NAME);
+    sleep_ns(50 * MS_NS); /* let the start-up settle */
+    struct worker_sample a, b;
+    sample_worker(timer, tid, &a);
+    sleep_ns((int64_t)(c->seconds * 1e9));
+    sample_worker(timer, tid, &b);
+    hwt_timer_destroy(timer);
+    put_params(c);
+    put_worker_delta(&a, &b);
+}
+
+static void w_hold(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    pid_t tid = worker_tid();
+    if (tid < 0)
+        die("worker thread '%s' not found in /proc/self/task", WORKER_NAME);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = uniform_delays(ph.n, 10 * S_NS, 70 * S_NS, c->seed);
+    ph.delays = delays;
+    int64_t wall = run_phase(&ph, schedule_noop);
+    sleep_ns(c->settle_ms * MS_NS);
+    struct worker_sample a, b;
+    sample_worker(timer, tid, &a);
+    sleep_ns((int64_t)(c->seconds * 1e9));
+    sample_worker(timer, tid, &b);
+    int64_t pending = hwt_pending_timeouts(timer);
+    hwt_timer_destroy(timer);
+    free(delays);
+    put_params(c);
+    put(" settle_ms=%ld sched_ns_per_op=%.1f pending=%" PRId64, c->settle_ms,
+        (double)wall / (double)ph.n, pending);
+    put_worker_delta(&a, &b);
+}
+
+static void w_memory(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = uniform_delays(ph.n, 10 * S_NS, 70 * S_NS, c->seed);
+    ph.delays = delays;
+    sleep_ns(50 * MS_NS);
+    int64_t before = rss_bytes();
+    run_phase(&ph, schedule_noop);
+    sleep_ns(c->settle_ms * MS_NS); /* the worker moves them into the wheel */
+    int64_t after = rss_bytes();
+    int64_t pending = hwt_pending_timeouts(timer);
+    hwt_timer_destroy(timer);
+    free(delays);
+    put_params(c);
+    put(" settle_ms=%ld bytes_per_timeout=%.1f rss_before_kb=%" PRId64 " rss_after_kb=%" PRId64
+        " pending=%" PRId64,
+        c->settle_ms, (double)(after - before) / (double)ph.n, before / 1024, after / 1024,
+        pending);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static const struct {
+    const char *name;
+    void (*fn)(const struct config *);
+} workloads[] = {
+    {"schedule", w_schedule}, {"cancel", w_cancel}, {"churn", w_churn}, {"expire", w_expire},
+    {"precision", w_expire},  {"idle", w_idle},     {"hold", w_hold},   {"memory", w_memory},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
+               "workloads: schedule cancel churn expire precision idle hold memory\n"
+               "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring seed dump\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "version") == 0) {
+        printf("hwtimer version=%s\n", hwt_version());
+        return 0;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {
+        if (strcmp(argv[1], workloads[i].name) == 0) {
+            struct config c;
+            c.workload = workloads[i].name;
+            parse_args(&c, argc, argv);
+            workloads[i].fn(&c);
+            printf("%s\n", line);
+            fflush(stdout);
+            return 0;
+        }
+    }
+    fprintf(stderr, "hwt-bench: unknown workload '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,597 @@
+/*
+ * HwtBench.java - the Netty side of the side-by-side benchmark: the same
+ * workloads as bench/hwt-bench.c, on io.netty.util.HashedWheelTimer.
+ *
+ *   javac -cp /usr/share/java/netty-common.jar -d OUT bench/netty/HwtBench.java
+ *   java -cp OUT:/usr/share/java/netty-common.jar HwtBench WORKLOAD [key=value ...]
+ *   java -cp ... HwtBench version
+ *
+ * Prints exactly one line on stdout, "netty WORKLOAD key=value ...", with
+ * the same keys as hwt-bench (see the top of hwt-bench.c for the workloads
+ * and keys). Differences, all forced by the JVM or by Netty:
+ *   - Before the measured run, the same workload runs once on a separate
+ *     timer with a smaller n (key warmup=N, default max(n/10, 10000) capped
+ *     at n; warmup=0 skips it) and shorter waits, and is discarded: JIT
+ *     warm-up. Its line goes to stderr, prefixed with "# warm-up:".
+ *   - precision uses a 1 ms tick by default (Netty's minimum) instead of
+ *     100 us.
+ *   - memory reports heap bytes used after System.gc() (several calls), per
+ *     pending timeout (bytes_per_timeout), and the process RSS delta as well
+ *     (rss_bytes_per_timeout: heap growth; about 0 with -XX:+AlwaysPreTouch).
+ *   - worker CPU comes from ThreadMXBean.getThreadCpuTime of the worker
+ *     thread (recorded by the ThreadFactory); wakeups are the worker's
+ *     voluntary context switches from /proc (Netty keeps no such counter),
+ *     the thread found by its name "netty-bench" in /proc/self/task/ + /comm.
+ */
+import io.netty.util.HashedWheelTimer;
+import io.netty.util.Timeout;
+import io.netty.util.TimerTask;
+
+import java.io.BufferedWriter;
+import java.io.FileWriter;
+import java.io.IOException;
+import java.lang.management.ManagementFactory;
+import java.lang.ref.Reference;
+import java.lang.management.ThreadMXBean;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Stream;
+
+public final class HwtBench {
+    static final String WORKER_NAME = "netty-bench";
+    static final long MS_NS = 1_000_000L;
+    static final long S_NS = 1_000_000_000L;
+
+    /* ------------------------------------------------------ configuration */
+
+    static final class Config implements Cloneable {
+        String workload;
+        long n = -1, threads = 2, tickUs = -1, wheel = 512, spanMs = -1, settleMs = -1,
+             waitMs = 200, ring = 1000, seed = 42, warmup = -1;
+        double seconds = 5.0;
+        String dump;
+
+        Config copy() {
+            try {
+                return (Config) clone();
+            } catch (CloneNotSupportedException e) {
+                throw new AssertionError(e);
+            }
+        }
+    }
+
+    static void die(String msg) {
+        System.err.println("HwtBench: " + msg);
+        System.exit(1);
+    }
+
+    static long parseLong(String k, String v, long min) {
+        try {
+            long x = Long.parseLong(v);
+            if (x >= min) {
+                return x;
+            }
+        } catch (NumberFormatException e) {
+            // fall through
+        }
+        die("bad value for " + k + ": '" + v + "' (an integer >= " + min + ")");
+        return 0;
+    }
+
+    static Config parse(String[] args) {
+        Config c = new Config();
+        c.workload = args[0];
+        for (int i = 1; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            if (eq < 0) {
+                die("expected key=value, got '" + args[i] + "'");
+            }
+            String k = args[i].substring(0, eq), v = args[i].substring(eq + 1);
+            switch (k) {
+                case "n": c.n = parseLong(k, v, 1); break;
+                case "threads": c.threads = parseLong(k, v, 1); break;
+                case "tick_us": c.tickUs = parseLong(k, v, 1); break;
+                case "wheel": c.wheel = parseLong(k, v, 1); break;
+                case "span_ms": c.spanMs = parseLong(k, v, 1); break;
+                case "settle_ms": c.settleMs = parseLong(k, v, 0); break;
+                case "wait_ms": c.waitMs = parseLong(k, v, 0); break;
+                case "ring": c.ring = parseLong(k, v, 1); break;
+                case "seed": c.seed = parseLong(k, v, 0); break;
+                case "warmup": c.warmup = parseLong(k, v, 0); break;
+                case "dump": c.dump = v; break;
+                case "seconds":
+                    try {
+                        c.seconds = Double.parseDouble(v);
+                    } catch (NumberFormatException e) {
+                        c.seconds = -1;
+                    }
+                    if (!(c.seconds > 0) || c.seconds > 86400) {
+                        die("bad value for seconds: '" + v + "'");
+                    }
+                    break;
+                default: die("unknown key '" + k + "'");
+            }
+        }
+        boolean precision = c.workload.equals("precision");
+        if (c.n < 0) {
+            c.n = precision ? 10000 : 1000000;
+        }
+        if (c.tickUs < 0) {
+            c.tickUs = 1000; /* Netty's minimum, also for precision */
+        }
+        if (c.spanMs < 0) {
+            c.spanMs = precision ? 1000 : 2000;
+        }
+        if (c.settleMs < 0) {
+            c.settleMs = c.workload.equals("memory") ? 1500 : 1000;
+        }
+        if (c.warmup < 0) {
+            c.warmup = Math.min(c.n, Math.max(c.n / 10, 10000));
+        }
+        if (c.n > Integer.MAX_VALUE - 8) {
+            die("n too large for Java arrays");
+        }
+        return c;
+    }
+
+    /* ------------------------------------------------------------ helpers */
+
+    static final StringBuilder line = new StringBuilder();
+
+    static void put(String s) {
+        line.append(s);
+    }
+
+    static String f1(double x) {
+        return String.format("%.1f", x);
+    }
+
+    static void putParams(Config c) {
+        put("netty " + c.workload + " n=" + c.n + " threads=" + c.threads + " tick_us=" + c.tickUs
+            + " wheel=" + c.wheel);
+    }
+
+    static void sleepNs(long ns) {
+        long end = System.nanoTime() + ns;
+        for (long left = ns; left > 0; left = end - System.nanoTime()) {
+            try {
+                TimeUnit.NANOSECONDS.sleep(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+    }
+
+    /* splitmix64, the same sequence and mapping as hwt-bench.c. */
+    static long[] uniformDelays(int n, long lo, long hi, long seed) {
+        long[] d = new long[n];
+        long state = seed;
+        long range = hi - lo;
+        if (range == 0) {
+            range = 1;
+        }
+        for (int i = 0; i < n; i++) {
+            long z = (state += 0x9E3779B97F4A7C15L);
+            z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+            z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+            z = z ^ (z >>> 31);
+            d[i] = lo + (z >>> 1) % range;
+        }
+        return d;
+    }
+
+    static long percentile(long[] sorted, double p) {
+        int n = sorted.length;
+        if (n == 0) {
+            return 0;
+        }
+        double rank = p / 100.0 * n;
+        long idx = (long) rank;
+        if (idx < rank) {
+            idx++;
+        }
+        idx = Math.max(1, Math.min(n, idx));
+        return sorted[(int) idx - 1];
+    }
+
+    /* ------------------------------------------------- timer and worker */
+
+    static final TimerTask NOOP = t -> { };
+    static volatile Thread worker;
+
+    static HashedWheelTimer startTimer(Config c) {
+        HashedWheelTimer timer = new HashedWheelTimer(r -> {
+            Thread t = new Thread(r, WORKER_NAME);
+            worker = t;
+            return t;
+        }, c.tickUs, TimeUnit.MICROSECONDS, (int) c.wheel, false, -1);
+        timer.newTimeout(NOOP, 1, TimeUnit.HOURS);
+        return timer;
+    }
+
+    /* The worker's native thread id, found by name; -1 if not found. */
+    static long workerTid() {
+        try (Stream<Path> tasks = Files.list(Paths.get("/proc/self/task"))) {
+            for (Path p : (Iterable<Path>) tasks::iterator) {
+                try {
+                    String comm = new String(Files.readAllBytes(p.resolve("comm"))).trim();
+                    if (comm.equals(WORKER_NAME)) {
+                        return Long.parseLong(p.getFileName().toString());
+                    }
+                } catch (IOException e) {
+                    // thread gone
+                }
+            }
+        } catch (IOException e) {
+            return -1;
+        }
+        return -1;
+    }
+
+    /* {voluntary, involuntary} context switches of native thread tid. */
+    static long[] ctxsw(long tid) {
+        long[] r = {-1, -1};
+        if (tid < 0) {
+            return r;
+        }
+        try {
+            List<String> lines = Files.readAllLines(Paths.get("/proc/self/task/" + tid + "/status"));
+            for (String l : lines) {
+                if (l.startsWith("voluntary_ctxt_switches:")) {
+                    r[0] = Long.parseLong(l.substring(24).trim());
+                } else if (l.startsWith("nonvoluntary_ctxt_switches:")) {
+                    r[1] = Long.parseLong(l.substring(27).trim());
+                }
+            }
+        } catch (IOException e) {
+            // leave -1
+        }
+        return r;
+    }
+
+    static long rssBytes() {
+        try {
+            String[] f = new String(Files.readAllBytes(Paths.get("/proc/self/statm"))).trim().split(" ");
+            return Long.parseLong(f[1]) * 4096L;
+        } catch (IOException e) {
+            return -1;
+        }
+    }
+
+    static long heapUsedAfterGc() {
+        Runtime rt = Runtime.getRuntime();
+        long used = Long.MAX_VALUE;
+        for (int i = 0; i < 5; i++) {
+            System.gc();
+            sleepNs(50 * MS_NS);
+            used = Math.min(used, rt.totalMemory() - rt.freeMemory());
+        }
+        return used;
+    }
+
+    /* ----------------------------------------------------- parallel phases */
+
+    interface Body {
+        void run(int self, int threads) throws Exception;
+    }
+
+    /* P threads released together; returns wall ns (last end - first start). */
+    static long runPhase(int threads, Body body) {
+        CyclicBarrier barrier = new CyclicBarrier(threads);
+        long[] start = new long[threads], end = new long[threads];
+        Thread[] ts = new Thread[threads];
+        Throwable[] error = new Throwable[1];
+        for (int i = 0; i < threads; i++) {
+            final int self = i;
+            ts[i] = new Thread(() -> {
+                try {
+                    barrier.await();
+                    start[self] = System.nanoTime();
+                    body.run(self, threads);
+                    end[self] = System.nanoTime();
+                } catch (Throwable e) {
+                    synchronized (error) {
+                        error[0] = e;
+                    }
+                }
+            }, "bench-" + i);
+            ts[i].start();
+        }
+        for (Thread t : ts) {
+            try {
+                t.join();
+            } catch (InterruptedException e) {
+                throw new RuntimeException(e);
+            }
+        }
+        if (error[0] != null) {
+            error[0].printStackTrace();
+            die("a phase thread failed");
+        }
+        long first = Long.MAX_VALUE, last = Long.MIN_VALUE;
+        for (int i = 0; i < threads; i++) {
+            first = Math.min(first, start[i]);
+            last = Math.max(last, end[i]);
+        }
+        return last - first;
+    }
+
+    /* ---------------------------------------------------------- workloads */
+
+    static void schedule(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        long[] delays = uniformDelays(n, 10 * S_NS, 70 * S_NS, c.seed);
+        long wall = runPhase(p, (self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        long t0 = System.nanoTime();
+        Set<Timeout> list = timer.stop();
+        long stop = System.nanoTime() - t0;
+        putParams(c);
+        put(" ns_per_op=" + f1((double) wall / n) + " stop_ms=" + f1(stop / 1e6) + " list="
+            + list.size());
+    }
+
+    static void cancel(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        Timeout[] handles = new Timeout[n];
+        runPhase(p, (self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                handles[i] = timer.newTimeout(NOOP, 10 * S_NS + (i % 60000) * MS_NS,
+                                              TimeUnit.NANOSECONDS);
+            }
+        });
+        sleepNs(c.waitMs * MS_NS);
+        AtomicLong ok = new AtomicLong();
+        long wall = runPhase(p, (self, threads) -> {
+            long mine = 0;
+            for (int i = self; i < n; i += threads) {
+                if (handles[i].cancel()) {
+                    mine++;
+                }
+            }
+            ok.addAndGet(mine);
+        });
+        long done = System.nanoTime();
+        long deadline = done + 60 * S_NS;
+        while (timer.pendingTimeouts() > 1 && System.nanoTime() < deadline) {
+            sleepNs(50_000);
+        }
+        long pendingNs = System.nanoTime() - done;
+        long pending = timer.pendingTimeouts();
+        timer.stop();
+        putParams(c);
+        put(" ns_per_op=" + f1((double) wall / n) + String.format(" pending_ms=%.2f", pendingNs / 1e6)
+            + " cancelled=" + ok.get() + " pending=" + pending);
+    }
+
+    static void churn(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads, ring = (int) c.ring;
+        Timeout[] handles = new Timeout[p * ring];
+        long iters = n / p;
+        AtomicLong ok = new AtomicLong();
+        long wall = runPhase(p, (self, threads) -> {
+            long mine = 0;
+            int base = self * ring;
+            for (long k = 0, s = 0; k < iters; k++) {
+                Timeout old = handles[base + (int) s];
+                if (old != null && old.cancel()) {
+                    mine++;
+                }
+                handles[base + (int) s] = timer.newTimeout(NOOP, 30, TimeUnit.SECONDS);
+                if (++s == ring) {
+                    s = 0;
+                }
+            }
+            ok.addAndGet(mine);
+        });
+        long pairs = iters * p;
+        timer.stop();
+        putParams(c);
+        put(" ring=" + ring + " ns_per_op=" + f1((double) wall / Math.max(pairs, 1)) + " pairs=" + pairs
+            + " cancelled=" + ok.get());
+    }
+
+    static void expire(Config c) throws IOException {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        long[] delays = uniformDelays(n, 0, c.spanMs * MS_NS, c.seed);
+        long[] schedAt = new long[n], ranAt = new long[n];
+        TimerTask[] tasks = new TimerTask[n];
+        AtomicInteger ran = new AtomicInteger();
+        for (int i = 0; i < n; i++) {
+            final int idx = i;
+            tasks[i] = t -> {
+                ranAt[idx] = System.nanoTime();
+                ran.incrementAndGet();
+            };
+        }
+        long t0 = System.nanoTime();
+        long wall = runPhase(p, (self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                schedAt[i] = System.nanoTime();
+                timer.newTimeout(tasks[i], delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        long deadline = System.nanoTime() + c.spanMs * MS_NS + 60 * S_NS;
+        while (ran.get() < n) {
+            if (System.nanoTime() > deadline) {
+                die(c.workload + ": only " + ran.get() + " of " + n + " tasks ran");
+            }
+            sleepNs(MS_NS);
+        }
+        timer.stop();
+        long last = Long.MIN_VALUE, early = 0;
+        double sum = 0;
+        long[] late = new long[n];
+        for (int i = 0; i < n; i++) {
+            last = Math.max(last, ranAt[i]);
+            late[i] = ranAt[i] - (schedAt[i] + delays[i]);
+            if (late[i] < 0) {
+                early++;
+            }
+            sum += late[i];
+        }
+        Arrays.sort(late);
+        if (c.dump != null) {
+            try (BufferedWriter w = new BufferedWriter(new FileWriter(c.dump), 1 << 16)) {
+                for (long x : late) {
+                    w.write(String.format("%.3f\n", x / 1e3));
+                }
+            }
+        }
+        putParams(c);
+        put(" span_ms=" + c.spanMs + " total_ms=" + f1((last - t0) / 1e6) + " sched_ns_per_op="
+            + f1((double) wall / n) + " p50_us=" + f1(percentile(late, 50) / 1e3) + " p90_us="
+            + f1(percentile(late, 90) / 1e3) + " p99_us=" + f1(percentile(late, 99) / 1e3)
+            + " p999_us=" + f1(percentile(late, 99.9) / 1e3) + " max_us=" + f1(late[n - 1] / 1e3)
+            + " mean_us=" + f1(sum / n / 1e3) + " early=" + early);
+    }
+
+    static final class Sample {
+        long at, cpuNs, vol, invol;
+    }
+
+    static Sample sample(long tid) {
+        ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+        Sample s = new Sample();
+        s.at = System.nanoTime();
+        s.cpuNs = mx.getThreadCpuTime(worker.getId());
+        long[] cs = ctxsw(tid);
+        s.vol = cs[0];
+        s.invol = cs[1];
+        return s;
+    }
+
+    static void putWorkerDelta(Sample a, Sample b) {
+        long vol = a.vol < 0 || b.vol < 0 ? -1 : b.vol - a.vol;
+        long invol = a.invol < 0 || b.invol < 0 ? -1 : b.invol - a.invol;
+        put(String.format(" window_s=%.2f cpu_ms=%.3f wakeups=%d vcsw=%d ivcsw=%d worker_cpu_total_ms=%.3f",
+                          (b.at - a.at) / 1e9, (b.cpuNs - a.cpuNs) / 1e6, vol, vol, invol, b.cpuNs / 1e6));
+    }
+
+    static void idle(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        sleepNs(50 * MS_NS);
+        long tid = workerTid();
+        Sample a = sample(tid);
+        sleepNs((long) (c.seconds * 1e9));
+        Sample b = sample(tid);
+        timer.stop();
+        putParams(c);
+        putWorkerDelta(a, b);
+    }
+
+    static void hold(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        long[] delays = uniformDelays(n, 10 * S_NS, 70 * S_NS, c.seed);
+        long wall = runPhase(p, (self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        sleepNs(c.settleMs * MS_NS);
+        long tid = workerTid();
+        Sample a = sample(tid);
+        sleepNs((long) (c.seconds * 1e9));
+        Sample b = sample(tid);
+        long pending = timer.pendingTimeouts();
+        timer.stop();
+        putParams(c);
+        put(" settle_ms=" + c.settleMs + " sched_ns_per_op=" + f1((double) wall / n) + " pending="
+            + pending);
+        putWorkerDelta(a, b);
+    }
+
+    static void memory(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        long[] delays = uniformDelays(n, 10 * S_NS, 70 * S_NS, c.seed);
+        sleepNs(50 * MS_NS);
+        long heap0 = heapUsedAfterGc();
+        long rss0 = rssBytes();
+        runPhase(p, (self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        sleepNs(c.settleMs * MS_NS);
+        long heap1 = heapUsedAfterGc();
+        long rss1 = rssBytes();
+        long pending = timer.pendingTimeouts();
+        putParams(c);
+        put(" settle_ms=" + c.settleMs + " bytes_per_timeout=" + f1((double) (heap1 - heap0) / n)
+            + " heap_before_kb=" + heap0 / 1024 + " heap_after_kb=" + heap1 / 1024
+            + " rss_bytes_per_timeout=" + f1((double) (rss1 - rss0) / n) + " pending=" + pending);
+        timer.stop();
+        Reference.reachabilityFence(delays); /* allocated before heap0: keep it counted in heap1 */
+    }
+
+    static void run(Config c) throws IOException {
+        switch (c.workload) {
+            case "schedule": schedule(c); break;
+            case "cancel": cancel(c); break;
+            case "churn": churn(c); break;
+            case "expire":
+            case "precision": expire(c); break;
+            case "idle": idle(c); break;
+            case "hold": hold(c); break;
+            case "memory": memory(c); break;
+            default: die("unknown workload '" + c.workload + "'");
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 1) {
+            System.err.println("usage: HwtBench WORKLOAD [key=value ...]   (or: HwtBench version)");
+            System.exit(2);
+        }
+        if (args[0].equals("version")) {
+            String v = HashedWheelTimer.class.getPackage().getImplementationVersion();
+            System.out.println("netty version=" + (v == null ? "unknown" : v) + " java="
+                               + System.getProperty("java.vm.version"));
+            return;
+        }
+        List<String> known = Arrays.asList("schedule", "cancel", "churn", "expire", "precision",
+                                           "idle", "hold", "memory");
+        if (!known.contains(args[0])) {
+            die("unknown workload '" + args[0] + "'");
+        }
+        Config c = parse(args);
+        if (c.warmup > 0) {
+            Config w = c.copy();
+            w.n = c.warmup;
+            w.dump = null;
+            w.seconds = Math.min(c.seconds, 1.0);
+            w.settleMs = Math.min(c.settleMs, 200);
+            w.waitMs = Math.min(c.waitMs, 50);
+            w.spanMs = Math.min(c.spanMs, 1000);
+            run(w);
+            System.err.println("# warm-up: " + line);
+            line.setLength(0);
+            worker = null;
+            /* No System.gc() here: a full GC right after the warm-up shrinks
+             * G1's heap (to ~40 MB), and the measured run then pays for many
+             * young collections and heap growth (cancel: 2-3x slower). */
+        }
+        run(c);
+        System.out.println(line);
+        System.out.flush();
+        System.exit(0); /* do not wait for a worker thread left by a failed stop */
+    }
+}
