@@ -507,7 +507,7 @@ static void parse_args(int argc, char **argv, struct config *cfg)
                            .progress_ms = 1000,
                            .shutdown_wait_ms = 30000,
                            .seed = 1};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* --option value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--port") == 0)
             cfg->port = (int)int_arg(a, v, 1, 65535);
@@ -533,7 +533,6 @@ static void parse_args(int argc, char **argv, struct config *cfg)
             cfg->seed = (unsigned)int_arg(a, v, 0, UINT32_MAX);
         else
             usage();
-        i++;
     }
     if (cfg->port < 0)
         usage();

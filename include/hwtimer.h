@@ -66,7 +66,8 @@ extern "C" {
 /* The worker thread could not be created (the cause is logged); retry later. */
 #define HWT_ESYS (-10003)
 
-/* A static, distinct text for each code above ("unknown error" otherwise).
+/* A static, distinct text for each code above, "success" for 0, and
+ * "unknown error" for anything else.
  * Any thread. */
 HWT_EXTERN const char *hwt_strerror(int code);
 
@@ -153,7 +154,7 @@ typedef struct hwt_options {
 
 /* ------------------------------------------------------------- the timer */
 
-/* Fills *options with the defaults shown above. Any thread. */
+/* Fills *options with the defaults shown above; NULL does nothing. Any thread. */
 HWT_EXTERN void hwt_options_init(hwt_options *options);
 
 /* Creates a timer (options NULL = defaults); the worker is not started yet.
@@ -256,7 +257,7 @@ HWT_EXTERN void hwt_timeout_run(hwt_timeout *timeout);
 HWT_EXTERN void hwt_timeout_release(hwt_timeout *timeout);
 
 /* Releases each of timeouts[0 .. count-1], then frees the array (as returned by
- * hwt_stop). (NULL, 0) does nothing. Any thread. */
+ * hwt_stop). A NULL array does nothing (whatever the count). Any thread. */
 HWT_EXTERN void hwt_timeouts_release(hwt_timeout **timeouts, size_t count);
 
 #ifdef __cplusplus

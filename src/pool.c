@@ -10,9 +10,11 @@
  *
  * The timer's reference count holds one reference per object outside the
  * depot (cached or in use), minus the queues' stub entries, which the timer
- * owns; so its memory outlives every cached or used object. A thread gives
- * its cache back when it switches to another timer, when it exits (a
- * pthread key destructor), or when it destroys the timer.
+ * owns; so its memory outlives every cached or used object. A cache is bound
+ * by allocating (and by the worker, to its own timer, at start); a thread
+ * gives it back when it allocates from another timer, when it exits (a
+ * pthread key destructor), or when it destroys the timer. Freeing never
+ * binds: a thread that only releases handles holds nothing.
  */
 #include <pthread.h>
 #include <string.h>
@@ -237,6 +239,11 @@ void hwt__pool_forget_thread(hwt_timer *timer)
         flush(&cache);
 }
 
+void hwt__pool_bind_thread(hwt_timer *timer)
+{
+    bind(timer);
+}
+
 void hwt__pool_abandon_thread(hwt_timer *timer)
 {
     if (cache.timer == timer)
@@ -271,14 +278,13 @@ static void release(hwt_timer *timer, int cls, void *object)
     ck_stack_entry_t *node = (ck_stack_entry_t *)((char *)object + layout[cls].node_off);
     struct thread_cache *c = &cache;
     if (c->timer != timer) {
-        if (c->timer != NULL) {
-            /* Cached for another timer: straight back to its own depot. */
-            node->next = NULL;
-            depot_push(timer, cls, (struct mag){node, 1});
-            hwt__timer_unref_n(timer, 1);
-            return;
-        }
-        c = bind(timer);
+        /* Only allocating binds a cache (and the worker, for its own timer):
+         * binding here could pin a destroyed timer's memory to a thread that
+         * merely released its last handle. Straight back to the depot. */
+        node->next = NULL;
+        depot_push(timer, cls, (struct mag){node, 1});
+        hwt__timer_unref_n(timer, 1);
+        return;
     }
     struct mag *m = &c->loaded[cls];
     if (m->count >= MAG_SIZE) {

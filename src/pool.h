@@ -58,6 +58,10 @@ void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry);
  * reference is dropped, so the timer can be freed without waiting for it). */
 void hwt__pool_forget_thread(hwt_timer *timer);
 
+/* Binds the calling thread's cache to `timer` (the worker, at start: its
+ * frees are then cached, and given back when it exits). */
+void hwt__pool_bind_thread(hwt_timer *timer);
+
 /* Drops the calling thread's cache for `timer` without giving it back: only
  * when the timer's memory is being freed at once (a failed create). */
 void hwt__pool_abandon_thread(hwt_timer *timer);

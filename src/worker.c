@@ -267,6 +267,7 @@ void *hwt__worker_main(void *arg)
 {
     hwt_timer *timer = arg;
     hwt__current_worker = timer;
+    hwt__pool_bind_thread(timer);
     pthread_setname_np(pthread_self(), timer->thread_name);
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake on time, not 50 us late */
