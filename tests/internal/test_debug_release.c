@@ -1,0 +1,207 @@
+/*
+ * test_debug_release.c - the header: "A build with HWT_DEBUG defined catches
+ * double release." Releasing a timeout more often than it is referenced
+ * logs one HWT_LOG_ERROR through the timer's log callback (a clear message
+ * naming hwt_timeout_release) and is otherwise ignored: the memory is not
+ * put back into the pool twice, so later timeouts do not share it and the
+ * timer keeps working.
+ *
+ * Only meaningful in a build with the library's debug checks:
+ *   cmake -S . -B build/debug -DHWT_DEBUG=ON && cmake --build build/debug
+ *   ctest --test-dir build/debug -R debug_release
+ * Without HWT_DEBUG (the default) the tests skip: double release is then
+ * undefined behaviour, as documented.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+#ifdef HWT_DEBUG
+typedef struct rec {
+    atomic_int ran, cb;
+} rec;
+
+static void rec_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add(&((rec *)arg)->ran, 1);
+}
+
+static void rec_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add(&((rec *)arg)->cb, 1);
+}
+
+static const hwt_task rec_task = {.run = rec_run, .cancelled = rec_cancelled};
+
+static hwtt_log dlog;
+
+static hwt_timer *debug_timer(void)
+{
+    memset(&dlog, 0, sizeof dlog);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.tick_unit = HWT_MILLISECONDS;
+    o.ticks_per_wheel = 64;
+    o.log = hwtt_log_cb;
+    o.log_ctx = &dlog;
+    return hwtt_track(hwtt_timer_opts(&o));
+}
+
+/* Waits until the worker has finished with everything scheduled so far: a
+ * later timeout has run, so the earlier ones' in-flight references are gone. */
+static void settle(hwt_timer *t)
+{
+    static rec marker;
+    memset(&marker, 0, sizeof marker);
+    assert_int_equal(hwt_new_timeout(t, rec_run, &marker, 2, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&marker.ran) == 1, hwtt_slack_ms(5000)));
+}
+
+/* After a caught double release the pool is intact: 2000 new timeouts get
+ * distinct memory, each runs once. */
+static void assert_pool_intact(hwt_timer *t, const hwt_timeout *freed)
+{
+    enum { N = 2000 };
+    static rec r[N];
+    static hwt_timeout *h[N];
+    memset(r, 0, sizeof r);
+    int same_as_freed = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(hwt_new_timeout(t, rec_run, &r[i], i % 3, HWT_MILLISECONDS, &h[i]), 0);
+        same_as_freed += h[i] == freed;
+    }
+    bool all = hwtt_wait_until(({
+                                   int n = 0;
+                                   for (int i = 0; i < N; i++)
+                                       n += atomic_load(&r[i].ran);
+                                   n == N;
+                               }),
+                               hwtt_slack_ms(10000));
+    /* distinct handles */
+    int dup = 0;
+    hwt_timeout **sorted = malloc(N * sizeof *sorted);
+    assert_non_null(sorted);
+    memcpy(sorted, h, N * sizeof *sorted);
+    for (int i = 1; i < N; i++) { /* insertion sort on pointers: N is small */
+        hwt_timeout *x = sorted[i];
+        int j = i - 1;
+        while (j >= 0 && (uintptr_t)sorted[j] > (uintptr_t)x) {
+            sorted[j + 1] = sorted[j];
+            j--;
+        }
+        sorted[j + 1] = x;
+    }
+    for (int i = 1; i < N; i++)
+        dup += sorted[i] == sorted[i - 1];
+    free(sorted);
+    int twice = 0;
+    for (int i = 0; i < N; i++) {
+        twice += atomic_load(&r[i].ran) != 1;
+        hwt_timeout_release(h[i]);
+    }
+    assert_true(all);
+    assert_int_equal(dup, 0);
+    assert_int_equal(twice, 0);
+    assert_true(same_as_freed <= 1); /* reused once at most */
+    assert_int_equal(hwt_pending_timeouts(t), 0);
+}
+
+static void test_double_release_of_a_handle(void **state)
+{
+    (void)state;
+    hwt_timer *t = debug_timer();
+    static rec r;
+    memset(&r, 0, sizeof r);
+    hwt_timeout *h = NULL;
+    assert_int_equal(hwt_new_timeout(t, rec_run, &r, 0, HWT_MILLISECONDS, &h), 0);
+    assert_true(hwtt_wait_until(atomic_load(&r.ran) == 1, hwtt_slack_ms(5000)));
+    settle(t);
+    hwt_timeout_release(h);
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 0);
+    hwt_timeout_release(h); /* the bug */
+    int errors = atomic_load(&dlog.count[HWT_LOG_ERROR]);
+    print_message("  logged: \"%s\"\n", dlog.last);
+    assert_int_equal(errors, 1);
+    assert_non_null(strstr(dlog.last, "hwt_timeout_release"));
+    assert_non_null(strstr(dlog.last, "released more often"));
+    hwt_timeout_release(h); /* a third time: caught again */
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 2);
+    assert_pool_intact(t, h);
+    assert_int_equal(atomic_load(&r.ran), 1);
+    hwtt_destroy(t);
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 2);
+}
+
+/* A handed-back timeout released through the list and again by hand. */
+static void test_double_release_after_stop_list(void **state)
+{
+    (void)state;
+    hwt_timer *t = debug_timer();
+    static rec r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r, 1, HWT_HOURS, NULL), 0);
+    hwt_timeout **list = NULL;
+    size_t n = 0;
+    assert_int_equal(hwt_stop(t, &list, &n), 0);
+    assert_int_equal(n, 1);
+    hwt_timeout *victim = list[0];
+    hwt_timeouts_release(list, n);
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 0);
+    hwt_timeout_release(victim); /* the bug */
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 1);
+    assert_non_null(strstr(dlog.last, "released more often"));
+    hwtt_destroy(t);
+    assert_int_equal(atomic_load(&r.ran), 0);
+    assert_int_equal(atomic_load(&r.cb), 0);
+}
+
+/* A correct program logs nothing: one reference per handle, released once. */
+static void test_correct_use_logs_nothing(void **state)
+{
+    (void)state;
+    hwt_timer *t = debug_timer();
+    static rec r[3];
+    memset(r, 0, sizeof r);
+    hwt_timeout *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(hwt_new_timeout(t, rec_run, &r[0], 0, HWT_MILLISECONDS, &a), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[1], 1, HWT_HOURS, &b), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[2], 1, HWT_HOURS, &c), 0);
+    assert_true(hwt_timeout_cancel(b));
+    assert_true(hwtt_wait_until(atomic_load(&r[0].ran) == 1 && atomic_load(&r[1].cb) == 1,
+                                hwtt_slack_ms(5000)));
+    hwt_timeout_release(a);
+    hwt_timeout_release(b);
+    hwtt_destroy(t);
+    hwt_timeout_release(c); /* after destroy: fine */
+    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 0);
+    assert_int_equal(atomic_load(&r[2].cb), 1);
+}
+#else
+static void test_skipped_without_hwt_debug(void **state)
+{
+    (void)state;
+    print_message("  skipped: built without HWT_DEBUG (configure with -DHWT_DEBUG=ON)\n");
+    skip();
+}
+#endif
+
+int main(void)
+{
+    int64_t wd = 120 * hwtt_slowdown();
+    hwtt_watchdog((unsigned)(wd > 880 ? 880 : wd));
+    const struct CMUnitTest tests[] = {
+#ifdef HWT_DEBUG
+        cmocka_unit_test_teardown(test_double_release_of_a_handle, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_double_release_after_stop_list, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_correct_use_logs_nothing, hwtt_teardown_timers),
+#else
+        cmocka_unit_test(test_skipped_without_hwt_debug),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
