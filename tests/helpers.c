@@ -2,6 +2,9 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <dirent.h>
+#include <stdlib.h>
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,4 +157,38 @@ int hwtt_teardown_timers(void **state)
         }
     }
     return 0;
+}
+
+int hwtt_threads_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f)) {
+            comm[strcspn(comm, "\n")] = '\0';
+            if (strcmp(comm, name) == 0)
+                n++;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+void hwtt_apply_filters(void)
+{
+    if (getenv("HWTT_FILTER"))
+        cmocka_set_test_filter(getenv("HWTT_FILTER"));
+    if (getenv("HWTT_SKIP"))
+        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
 }

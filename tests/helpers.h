@@ -29,13 +29,13 @@ void hwtt_watchdog(unsigned seconds);
 
 /* Polls cond (a C expression) every 200 us until it is true or timeout_ms
  * passed; evaluates to the final value of cond. */
-#define hwtt_wait_until(cond, timeout_ms)                                          \
-    ({                                                                             \
-        int64_t hwtt_deadline_ = hwtt_now_ns() + (int64_t)(timeout_ms) * 1000000;  \
-        bool hwtt_ok_;                                                             \
-        while (!(hwtt_ok_ = (cond)) && hwtt_now_ns() < hwtt_deadline_)             \
-            hwtt_sleep_us(200);                                                    \
-        hwtt_ok_;                                                                  \
+#define hwtt_wait_until(cond, timeout_ms)                                                          \
+    ({                                                                                             \
+        int64_t hwtt_deadline_ = hwtt_now_ns() + (int64_t)(timeout_ms)*1000000;                    \
+        bool hwtt_ok_;                                                                             \
+        while (!(hwtt_ok_ = (cond)) && hwtt_now_ns() < hwtt_deadline_)                             \
+            hwtt_sleep_us(200);                                                                    \
+        hwtt_ok_;                                                                                  \
     })
 
 void hwtt_sleep_us(int64_t us);
@@ -76,5 +76,16 @@ void hwtt_destroy(hwt_timer *timer);
 
 /* A cmocka teardown: destroys every timer still tracked. Returns 0. */
 int hwtt_teardown_timers(void **state);
+
+/* ---- shared by several suites ---- */
+
+/* Number of threads of this process whose name (comm) is exactly `name`;
+ * -1 if /proc cannot be read. */
+int hwtt_threads_named(const char *name);
+
+/* Applies the optional environment filters of a suite run by hand:
+ * HWTT_FILTER='test_stop*' runs only matching tests, HWTT_SKIP skips them.
+ * Call in main() before cmocka_run_group_tests. */
+void hwtt_apply_filters(void);
 
 #endif

@@ -34,32 +34,6 @@ static const int64_t unit_ns[7] = {1,
                                    3600 * INT64_C(1000000000),
                                    86400 * INT64_C(1000000000)};
 
-/* Number of threads of this process named exactly `name`. */
-static int threads_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fgets(comm, sizeof comm, f) != NULL) {
-            comm[strcspn(comm, "\n")] = '\0';
-            n += strcmp(comm, name) == 0;
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 static bool stats_equal(const hwt_stats *a, const hwt_stats *b)
 {
     return a->pending == b->pending && a->scheduled == b->scheduled && a->expired == b->expired &&
@@ -276,7 +250,7 @@ static void test_create_options_table(void **state)
     assert_non_null(t);
     hwt_timer_destroy(t);
     /* no worker was ever started by any of this */
-    assert_int_equal(threads_named("hwt-bad-opts"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-bad-opts"), 0);
     print_message("  %d option cases\n", n);
     assert_int_equal(failures, 0);
 }
@@ -398,10 +372,10 @@ static void test_invalid_calls_do_not_start(void **state)
     hwt_timer_stats(t, &s);
     assert_int_equal(s.ticks, 0);
     assert_int_equal(s.wakeups, 0);
-    assert_int_equal(threads_named("hwt-bad-nostart"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-bad-nostart"), 0);
     /* and the timer is not stopped either: it starts and works */
     assert_works(t);
-    assert_int_equal(threads_named("hwt-bad-nostart"), 1);
+    assert_int_equal(hwtt_threads_named("hwt-bad-nostart"), 1);
     hwtt_destroy(t);
 }
 
@@ -741,7 +715,6 @@ int main(void)
         cmocka_unit_test_teardown(test_null_handles_and_timers, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_run_without_executor_does_nothing, hwtt_teardown_timers),
     };
-    if (getenv("HWTT_FILTER"))
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
+    hwtt_apply_filters();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -521,10 +521,7 @@ static void test_cancel_near_deadline_never_runs(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
-    if (getenv("HWTT_FILTER")) /* e.g. HWTT_FILTER='test_stop*' */
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
-    if (getenv("HWTT_SKIP"))
-        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_before_expiry_true_once),
         cmocka_unit_test(test_cancel_after_expiry_false),

@@ -486,10 +486,7 @@ static void test_executor_may_release_instead_of_run(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
-    if (getenv("HWTT_FILTER")) /* e.g. HWTT_FILTER='test_stop*' */
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
-    if (getenv("HWTT_SKIP"))
-        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tasks_run_on_executor_thread_once),
         cmocka_unit_test(test_handed_over_is_expired_not_pending),

@@ -25,33 +25,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* Number of threads of this process whose comm is exactly `name`. */
-static int threads_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        if (fgets(comm, sizeof comm, f)) {
-            comm[strcspn(comm, "\n")] = '\0';
-            if (strcmp(comm, name) == 0)
-                n++;
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 /* Reads /proc/self/task/<tid>/<file> line starting with `key` (or the first
  * line if key is NULL) into buf without the newline. 0 on success. */
 static int read_task_file(pid_t tid, const char *file, const char *key, char *buf, size_t n)
@@ -165,24 +138,24 @@ static void test_lazy_start(void **state)
     (void)state;
     hwt_timer *t = named_timer("hwt-lc-lazy", 10);
     hwtt_sleep_ms(50); /* give an eager worker time to show up */
-    assert_int_equal(threads_named("hwt-lc-lazy"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-lc-lazy"), 0);
     hwt_stats s;
     hwt_timer_stats(t, &s);
     assert_int_equal(s.ticks, 0);
     assert_int_equal(s.wakeups, 0);
 
     assert_int_equal(hwt_timer_start(t), 0);
-    assert_true(hwtt_wait_until(threads_named("hwt-lc-lazy") == 1, 5000));
+    assert_true(hwtt_wait_until(hwtt_threads_named("hwt-lc-lazy") == 1, 5000));
     assert_int_equal(hwt_timer_start(t), 0); /* already started */
     hwtt_sleep_ms(30);
-    assert_int_equal(threads_named("hwt-lc-lazy"), 1); /* still one worker */
+    assert_int_equal(hwtt_threads_named("hwt-lc-lazy"), 1); /* still one worker */
 
     hwt_timeout **list = NULL;
     size_t n = 99;
     assert_int_equal(hwt_stop(t, &list, &n), 0);
     assert_int_equal(n, 0);
     hwt_timeouts_release(list, n);
-    assert_true(hwtt_wait_until(threads_named("hwt-lc-lazy") == 0, 5000));
+    assert_true(hwtt_wait_until(hwtt_threads_named("hwt-lc-lazy") == 0, 5000));
     hwt_timer_destroy(t);
 }
 
@@ -193,13 +166,13 @@ static void test_first_timeout_starts_worker(void **state)
     memset(&c, 0, sizeof c);
     hwt_timer *t = named_timer("hwt-lc-first", 10);
     hwtt_sleep_ms(20);
-    assert_int_equal(threads_named("hwt-lc-first"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-lc-first"), 0);
     assert_int_equal(hwt_new_timeout(t, cnt_run, &c, 1, HWT_MILLISECONDS, NULL), 0);
     assert_true(hwtt_wait_until(atomic_load(&c.ran) == 1, 5000));
-    assert_int_equal(threads_named("hwt-lc-first"), 1);
+    assert_int_equal(hwtt_threads_named("hwt-lc-first"), 1);
     assert_int_equal(hwt_timer_start(t), 0);
     hwt_timer_destroy(t);
-    assert_true(hwtt_wait_until(threads_named("hwt-lc-first") == 0, 5000));
+    assert_true(hwtt_wait_until(hwtt_threads_named("hwt-lc-first") == 0, 5000));
 }
 
 typedef struct starter {
@@ -232,9 +205,9 @@ static void test_concurrent_start_one_worker(void **state)
         for (int i = 0; i < 4; i++)
             pthread_join(th[i], NULL);
         pthread_barrier_destroy(&bar);
-        bool some = hwtt_wait_until(threads_named("hwt-lc-cstart") >= 1, 5000);
+        bool some = hwtt_wait_until(hwtt_threads_named("hwt-lc-cstart") >= 1, 5000);
         hwtt_sleep_ms(20); /* let a second worker, if any, name itself */
-        int named = threads_named("hwt-lc-cstart");
+        int named = hwtt_threads_named("hwt-lc-cstart");
         if (named != 1)
             /* not destroyed: stop would join one worker and wait forever for
              * the other to notice */
@@ -245,7 +218,7 @@ static void test_concurrent_start_one_worker(void **state)
         for (int i = 0; i < 4; i++)
             assert_int_equal(st[i].rc, 0);
         assert_true(some);
-        assert_true(hwtt_wait_until(threads_named("hwt-lc-cstart") == 0, 5000));
+        assert_true(hwtt_wait_until(hwtt_threads_named("hwt-lc-cstart") == 0, 5000));
     }
 }
 
@@ -302,7 +275,7 @@ static void test_start_failure_esys(void **state)
     assert_true(atomic_load(&log.count[HWT_LOG_ERROR]) > errors1);
     assert_int_equal(hwt_new_timeout_task(t, &cnt_task, &c, 1, HWT_MILLISECONDS, NULL), HWT_ESYS);
     assert_int_equal(hwt_pending_timeouts(t), 0);
-    assert_int_equal(threads_named("hwt-lc-esys"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-lc-esys"), 0);
 
     hwt_timeout **list = NULL;
     size_t n = 99;
@@ -349,7 +322,7 @@ static void test_stop_never_started(void **state)
     assert_null(list);
     assert_int_equal(n, 0);
     assert_int_equal(hwt_stop(t, NULL, NULL), 0);
-    assert_int_equal(threads_named("hwt-lc-never"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-lc-never"), 0);
     hwt_timer_destroy(t);
     assert_int_equal(atomic_load(&c.ran), 0);
     assert_int_equal(atomic_load(&c.cancelled), 0);
@@ -722,10 +695,7 @@ static void test_thread_attr_honoured(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
-    if (getenv("HWTT_FILTER")) /* e.g. HWTT_FILTER='test_stop*' */
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
-    if (getenv("HWTT_SKIP"))
-        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lazy_start),
         cmocka_unit_test(test_first_timeout_starts_worker),

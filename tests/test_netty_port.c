@@ -203,7 +203,8 @@ static void test_stop_timer(void **state)
     /* Processed: three 1 ms timeouts run, the stop hands back nothing. */
     hwt_timer *processed = default_timer();
     for (int i = 0; i < 3; i++)
-        assert_int_equal(hwt_new_timeout(processed, probe_run, &g_p[i], 1, HWT_MILLISECONDS, NULL), 0);
+        assert_int_equal(hwt_new_timeout(processed, probe_run, &g_p[i], 1, HWT_MILLISECONDS, NULL),
+                         0);
     assert_true(hwtt_wait_until(sum_runs(3) == 3, 1000 + hwtt_slack_ms(1000)));
     hwt_timeout **list;
     assert_int_equal(stop_list(processed, &list), 0);
@@ -213,7 +214,8 @@ static void test_stop_timer(void **state)
     hwt_timer *unprocessed = default_timer();
     hwt_timeout *h[5];
     for (int i = 0; i < 5; i++)
-        assert_int_equal(hwt_new_timeout(unprocessed, probe_run, &g_p[10 + i], 5, HWT_SECONDS, &h[i]), 0);
+        assert_int_equal(
+            hwt_new_timeout(unprocessed, probe_run, &g_p[10 + i], 5, HWT_SECONDS, &h[i]), 0);
     hwtt_sleep_ms(250); /* lets the worker move them into the wheel (Netty sleeps 1 s) */
     size_t n = stop_list(unprocessed, &list);
     assert_int_equal(n, 5);
@@ -247,8 +249,10 @@ static void test_new_timeout_after_stop_fails(void **state)
     assert_int_equal(hwt_pending_timeouts(timer), 0);
 
     hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[5], 1, HWT_MILLISECONDS, &h), HWT_ESTOPPED);
-    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[5], 1, HWT_MILLISECONDS, NULL), HWT_ESTOPPED);
+    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[5], 1, HWT_MILLISECONDS, &h),
+                     HWT_ESTOPPED);
+    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[5], 1, HWT_MILLISECONDS, NULL),
+                     HWT_ESTOPPED);
     assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[5], 0, HWT_MILLISECONDS, NULL),
                      HWT_ESTOPPED);
     assert_int_equal(hwt_timer_start(timer), HWT_ESTOPPED);
@@ -280,7 +284,8 @@ static void resched_task(hwt_timeout *timeout, void *arg)
     if (now - atomic_load(&g_resched_last_ns) < 100 * MS)
         atomic_store(&g_resched_early, true);
     atomic_store(&g_resched_last_ns, hwtt_now_ns());
-    int rc = hwt_new_timeout(hwt_timeout_timer(timeout), resched_task, NULL, 100, HWT_MILLISECONDS, NULL);
+    int rc = hwt_new_timeout(hwt_timeout_timer(timeout), resched_task, NULL, 100, HWT_MILLISECONDS,
+                             NULL);
     if (rc == 0)
         atomic_fetch_add(&g_resched_ok, 1);
     else if (rc == HWT_ESTOPPED)
@@ -384,8 +389,8 @@ static void test_execution_on_time(void **state)
         late += d > max_ms * MS;
     }
     free(slots);
-    print_message("execution on time: %d runs, delay min %.3f ms max %.3f ms (bound %lld ms)\n", runs,
-                  (double)min_ns / 1e6, (double)max_ns / 1e6, (long long)max_ms);
+    print_message("execution on time: %d runs, delay min %.3f ms max %.3f ms (bound %lld ms)\n",
+                  runs, (double)min_ns / 1e6, (double)max_ns / 1e6, (long long)max_ms);
     assert_true(all);
     assert_int_equal(runs, N);
     assert_int_equal(n, 0);
@@ -484,7 +489,8 @@ static void test_execution_on_thread_executor(void **state)
     hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
     int64_t t0 = hwtt_now_ns();
     for (int i = 0; i < 3; i++)
-        assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[i], 10 * (i + 1), HWT_MILLISECONDS, NULL), 0);
+        assert_int_equal(
+            hwt_new_timeout(timer, probe_run, &g_p[i], 10 * (i + 1), HWT_MILLISECONDS, NULL), 0);
     bool done = hwtt_wait_until(sum_runs(3) == 3, 1000 + hwtt_slack_ms(1000));
     hwt_timeout **list;
     size_t n = stop_list(timer, &list);
@@ -515,7 +521,8 @@ static void test_rejected_when_too_many_timeouts_back_to_back(void **state)
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 5, HWT_SECONDS, NULL), 0);
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[1], 5, HWT_SECONDS, NULL), 0);
     hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[2], 1, HWT_MILLISECONDS, &h), HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[2], 1, HWT_MILLISECONDS, &h),
+                     HWT_EREJECTED);
     assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[2], 1, HWT_MILLISECONDS, NULL),
                      HWT_EREJECTED);
     assert_int_equal(hwt_pending_timeouts(timer), 2);
@@ -531,7 +538,8 @@ static void test_rejected_when_too_many_timeouts_back_to_back(void **state)
     assert_int_equal(atomic_load(&g_p[2].runs), 0);
 }
 
-/* -------- testNewTimeoutShouldStopThrowingRejectedExecutionExceptionWhenExistingTimeoutIsCancelled */
+/* -------- testNewTimeoutShouldStopThrowingRejectedExecutionExceptionWhenExistingTimeoutIsCancelled
+ */
 
 static void test_no_more_rejection_after_cancel(void **state)
 {
@@ -540,7 +548,8 @@ static void test_no_more_rejection_after_cancel(void **state)
     hwt_timeout *to_cancel = NULL;
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 5, HWT_SECONDS, NULL), 0);
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[1], 5, HWT_SECONDS, &to_cancel), 0);
-    assert_int_equal(hwt_new_timeout(timer, noop_task, NULL, 90, HWT_MILLISECONDS, NULL), HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout(timer, noop_task, NULL, 90, HWT_MILLISECONDS, NULL),
+                     HWT_EREJECTED);
     assert_true(hwt_timeout_cancel(to_cancel));
     /* SPEC 3: the count goes down the moment the cancel returns true (Netty
      * needed to sleep a few ticks here). */
@@ -548,7 +557,8 @@ static void test_no_more_rejection_after_cancel(void **state)
     int64_t t0 = hwtt_now_ns();
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[2], 90, HWT_MILLISECONDS, NULL), 0);
     assert_int_equal(hwt_pending_timeouts(timer), 2);
-    assert_int_equal(hwt_new_timeout(timer, noop_task, NULL, 90, HWT_MILLISECONDS, NULL), HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout(timer, noop_task, NULL, 90, HWT_MILLISECONDS, NULL),
+                     HWT_EREJECTED);
 
     assert_true(hwtt_wait_until(atomic_load(&g_p[2].runs) == 1, 90 + 100 + hwtt_slack_ms(1000)));
     assert_true(atomic_load(&g_p[2].run_ns) - t0 >= 90 * MS);
@@ -564,7 +574,8 @@ static void test_no_more_rejection_after_cancel(void **state)
     assert_int_equal(atomic_load(&g_p[1].runs), 0);
 }
 
-/* -------- testNewTimeoutShouldStopThrowingRejectedExecutionExceptionWhenExistingTimeoutIsExecuted */
+/* -------- testNewTimeoutShouldStopThrowingRejectedExecutionExceptionWhenExistingTimeoutIsExecuted
+ */
 
 static void test_no_more_rejection_after_expiry(void **state)
 {
@@ -638,7 +649,8 @@ static void test_overflow(void **state)
     (void)state;
     hwt_timer *timer = default_timer();
     hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], INT64_MAX, HWT_MILLISECONDS, &h), 0);
+    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], INT64_MAX, HWT_MILLISECONDS, &h),
+                     0);
     assert_false(hwtt_wait_until(atomic_load(&g_p[0].runs) != 0, 1000));
     assert_int_equal(hwt_pending_timeouts(timer), 1);
     assert_false(hwt_timeout_is_expired(h));
@@ -661,10 +673,12 @@ static void test_stop_timer_cancels_pending_tasks(void **state)
     hwt_timeout *h[10];
     /* Five moved into the wheel, five still in the queue when stop comes. */
     for (int i = 0; i < 5; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]), 0);
+        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]),
+                         0);
     hwtt_sleep_ms(250);
     for (int i = 5; i < 10; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]), 0);
+        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]),
+                         0);
     assert_int_equal(hwt_pending_timeouts(timer), 10);
 
     hwt_timeout **list;
@@ -684,7 +698,8 @@ static void test_stop_timer_cancels_pending_tasks(void **state)
     for (int j = 0; j < 10; j++)
         assert_int_equal(seen[j], 1);
     /* The caller owns them: their cancelled callbacks are not called. */
-    assert_false(hwtt_wait_until(atomic_load(&g_p[0].cancels) + atomic_load(&g_p[9].cancels) != 0, 200));
+    assert_false(
+        hwtt_wait_until(atomic_load(&g_p[0].cancels) + atomic_load(&g_p[9].cancels) != 0, 200));
     for (int i = 0; i < 10; i++) {
         assert_int_equal(atomic_load(&g_p[i].cancels), 0);
         assert_int_equal(atomic_load(&g_p[i].runs), 0);
@@ -705,10 +720,12 @@ static void test_stop_without_list_calls_cancelled(void **state)
     hwt_timer *timer = default_timer();
     hwt_timeout *h[10];
     for (int i = 0; i < 5; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]), 0);
+        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]),
+                         0);
     hwtt_sleep_ms(250);
     for (int i = 5; i < 10; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]), 0);
+        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 5, HWT_SECONDS, &h[i]),
+                         0);
 
     assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
     assert_int_equal(hwt_pending_timeouts(timer), 0);
@@ -757,7 +774,8 @@ static void test_cancel_will_call_callback(void **state)
     (void)state;
     hwt_timer *timer = default_timer();
     hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[0], 90, HWT_MILLISECONDS, &h), 0);
+    assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[0], 90, HWT_MILLISECONDS, &h),
+                     0);
     assert_int_equal(hwt_pending_timeouts(timer), 1);
     assert_true(hwt_timeout_cancel(h));
     assert_int_equal(hwt_pending_timeouts(timer), 0);
@@ -767,7 +785,8 @@ static void test_cancel_will_call_callback(void **state)
     assert_true(atomic_load(&g_p[0].off_test_thread));
     assert_false(atomic_load(&g_p[0].bad));
     /* Past its deadline it still does not run, and the callback is not repeated. */
-    assert_false(hwtt_wait_until(atomic_load(&g_p[0].runs) != 0 || atomic_load(&g_p[0].cancels) != 1, 300));
+    assert_false(
+        hwtt_wait_until(atomic_load(&g_p[0].runs) != 0 || atomic_load(&g_p[0].cancels) != 1, 300));
 
     hwt_timeout **list;
     assert_int_equal(stop_list(timer, &list), 0);
@@ -803,7 +822,8 @@ static void test_pending_counted_when_cancelled_within_goal_tick(void **state)
     assert_int_equal(hwt_new_timeout(timer, blocking_task, NULL, 200, HWT_MILLISECONDS, NULL), 0);
     hwt_timeout *h[10];
     for (int i = 0; i < 10; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &probe_task, &g_p[i], 200, HWT_MILLISECONDS, &h[i]), 0);
+        assert_int_equal(
+            hwt_new_timeout_task(timer, &probe_task, &g_p[i], 200, HWT_MILLISECONDS, &h[i]), 0);
     assert_int_equal(hwt_pending_timeouts(timer), 11);
     assert_true(hwtt_wait_until(atomic_load(&g_blocker_started), 200 + 100 + hwtt_slack_ms(1000)));
     assert_int_equal(hwt_pending_timeouts(timer), 10);
@@ -870,7 +890,8 @@ static void test_cancel_inside_task_within_goal_tick(void **state)
     assert_int_equal(hwt_new_timeout(timer, cancelling_task, NULL, 200, HWT_MILLISECONDS, NULL), 0);
     for (int i = 0; i < 10; i++)
         assert_int_equal(
-            hwt_new_timeout_task(timer, &probe_task, &g_p[i], 200, HWT_MILLISECONDS, &g_victims[i]), 0);
+            hwt_new_timeout_task(timer, &probe_task, &g_p[i], 200, HWT_MILLISECONDS, &g_victims[i]),
+            0);
     atomic_store(&g_victims_ready, true);
 
     assert_true(hwtt_wait_until(atomic_load(&g_blocker_done), 200 + 100 + hwtt_slack_ms(1000)));

@@ -70,33 +70,6 @@ static bool heavy_tools(void)
     return preload != NULL && strstr(preload, "vgpreload") != NULL;
 }
 
-/* Number of threads of this process whose comm is exactly `name`. */
-static int threads_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        if (fgets(comm, sizeof comm, f)) {
-            comm[strcspn(comm, "\n")] = '\0';
-            if (strcmp(comm, name) == 0)
-                n++;
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 /* -------------------------------------------------- the instance limit */
 
 /* Must run first: it relies on no other timer being live. Creating the 65th
@@ -408,7 +381,7 @@ static void test_create_null_options_is_defaults(void **state)
     assert_int_equal(hwt_new_timeout(t, hwtt_count_task, &n, 1, HWT_MILLISECONDS, NULL), 0);
     bool ran = hwtt_wait_until(atomic_load(&n) == 1, 5000);
     /* default thread name, worker alive */
-    int named = threads_named("hwtimer");
+    int named = hwtt_threads_named("hwtimer");
     hwt_timer_destroy(t);
     assert_true(ran);
     assert_true(named >= 1);
@@ -577,7 +550,7 @@ static void test_new_timeout_bad_args(void **state)
     assert_int_equal(s.scheduled, 0);
     assert_int_equal(s.rejected, 0);
     assert_int_equal(s.pending, 0);
-    assert_int_equal(threads_named("hwt-opt-badargs"), 0);
+    assert_int_equal(hwtt_threads_named("hwt-opt-badargs"), 0);
 
     /* the timer is still usable */
     assert_int_equal(hwt_new_timeout_task(t, &good, &n, 0, HWT_MILLISECONDS, NULL), 0);
@@ -647,10 +620,7 @@ static void test_new_timeout_any_delay_accepted(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
-    if (getenv("HWTT_FILTER")) /* e.g. HWTT_FILTER='test_stop*' */
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
-    if (getenv("HWTT_SKIP"))
-        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         /* first: it needs to be the one that pushes the live count past 64 */
         cmocka_unit_test(test_instance_limit_logs_once),

@@ -597,10 +597,7 @@ static void test_schedule_while_stopping_drop(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
-    if (getenv("HWTT_FILTER")) /* e.g. HWTT_FILTER='test_stop*' */
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
-    if (getenv("HWTT_SKIP"))
-        cmocka_set_skip_filter(getenv("HWTT_SKIP"));
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_out_pointer_and_release_null),
         cmocka_unit_test(test_accessors),

@@ -82,7 +82,8 @@ static hwt_options opts(int64_t tick, hwt_unit unit, hwt_sleep_mode mode, hwtt_l
  * while the teardown destroys it. */
 static hwtt_log g_log;
 
-static const int64_t g_delays_us[] = {0, 500, 1000, 2500, 3000, 7000, 9999, 10000, 12000, 15000, 33000, 101000};
+static const int64_t g_delays_us[] = {0,    500,   1000,  2500,  3000,  7000,
+                                      9999, 10000, 12000, 15000, 33000, 101000};
 #define NDELAYS ((int)(sizeof g_delays_us / sizeof g_delays_us[0]))
 
 /* A timer with this mode and tick (ns) fires each delay of g_delays_us never
@@ -97,9 +98,11 @@ static void mode_window(hwt_sleep_mode mode, int64_t tick_ns)
     for (int i = 0; i < NDELAYS; i++) {
         g_p[i].delay_ns = g_delays_us[i] * US;
         g_p[i].sched_ns = hwtt_now_ns();
-        assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[i], g_delays_us[i], HWT_MICROSECONDS, NULL), 0);
+        assert_int_equal(
+            hwt_new_timeout(timer, probe_run, &g_p[i], g_delays_us[i], HWT_MICROSECONDS, NULL), 0);
     }
-    bool all = hwtt_wait_until(runs_of(NDELAYS) == NDELAYS, 101 + tick_ns / MS + 2 * hwtt_slack_ms(SLACK_MS) + 1000);
+    bool all = hwtt_wait_until(runs_of(NDELAYS) == NDELAYS,
+                               101 + tick_ns / MS + 2 * hwtt_slack_ms(SLACK_MS) + 1000);
     hwt_timeout **list = NULL;
     size_t n = 0;
     assert_int_equal(hwt_stop(timer, &list, &n), 0);
@@ -116,8 +119,8 @@ static void mode_window(hwt_sleep_mode mode, int64_t tick_ns)
             fail_msg("mode %d tick %lld ns: delay %lld ns ran after only %lld ns", (int)mode,
                      (long long)tick_ns, (long long)g_p[i].delay_ns, (long long)took);
         if (took > g_p[i].delay_ns + tick_ns + hwtt_slack_ms(SLACK_MS) * MS)
-            fail_msg("mode %d tick %lld ns: delay %lld ns ran after %lld ns", (int)mode, (long long)tick_ns,
-                     (long long)g_p[i].delay_ns, (long long)took);
+            fail_msg("mode %d tick %lld ns: delay %lld ns ran after %lld ns", (int)mode,
+                     (long long)tick_ns, (long long)g_p[i].delay_ns, (long long)took);
     }
 }
 
@@ -181,8 +184,8 @@ static void check_effective_tick(hwt_timer *timer, int64_t min_tick_ns, uint64_t
     int64_t t1 = hwtt_now_ns();
     assert_true(reached);
     if (t1 - t0 > (int64_t)n * min_tick_ns + hwtt_slack_ms(700) * MS)
-        fail_msg("%llu ticks took %lld ns: the tick is much longer than %lld ns", (unsigned long long)n,
-                 (long long)(t1 - t0), (long long)min_tick_ns);
+        fail_msg("%llu ticks took %lld ns: the tick is much longer than %lld ns",
+                 (unsigned long long)n, (long long)(t1 - t0), (long long)min_tick_ns);
     if ((int64_t)(s.ticks - 1) * min_tick_ns > t1 - t0)
         fail_msg("%llu ticks counted within %lld ns: the tick is shorter than %lld ns",
                  (unsigned long long)s.ticks, (long long)(t1 - t0), (long long)min_tick_ns);
@@ -197,12 +200,13 @@ static hwt_timer *create_logged(int64_t tick, hwt_unit unit, hwt_sleep_mode mode
     hwt_timer *timer = NULL;
     int rc = hwt_timer_create(&timer, &o);
     if (rc != 0)
-        fail_msg("mode %d tick %lld (unit %d): hwt_timer_create %d (%s)", (int)mode, (long long)tick, (int)unit, rc,
-                 hwt_strerror(rc));
+        fail_msg("mode %d tick %lld (unit %d): hwt_timer_create %d (%s)", (int)mode,
+                 (long long)tick, (int)unit, rc, hwt_strerror(rc));
     hwtt_track(timer);
     if (atomic_load(&log->count[HWT_LOG_WARN]) != expect_warn)
-        fail_msg("mode %d tick %lld (unit %d): %d warnings, expected %d (last: %s)", (int)mode, (long long)tick,
-                 (int)unit, atomic_load(&log->count[HWT_LOG_WARN]), expect_warn, log->last);
+        fail_msg("mode %d tick %lld (unit %d): %d warnings, expected %d (last: %s)", (int)mode,
+                 (long long)tick, (int)unit, atomic_load(&log->count[HWT_LOG_WARN]), expect_warn,
+                 log->last);
     assert_int_equal(atomic_load(&log->count[HWT_LOG_ERROR]), 0);
     if (expect_warn)
         assert_true(strlen(log->last) > 0);
@@ -218,7 +222,8 @@ static void check_raised_timer_runs(hwt_timer *timer, hwtt_log *log, int expect_
     for (int i = 0; i < 4; i++) {
         g_p[i].delay_ns = d_us[i] * US;
         g_p[i].sched_ns = hwtt_now_ns();
-        assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[i], d_us[i], HWT_MICROSECONDS, NULL), 0);
+        assert_int_equal(
+            hwt_new_timeout(timer, probe_run, &g_p[i], d_us[i], HWT_MICROSECONDS, NULL), 0);
     }
     assert_true(hwtt_wait_until(runs_of(4) == 4, 1000 + hwtt_slack_ms(1000)));
     for (int i = 0; i < 4; i++)
@@ -232,7 +237,8 @@ static void check_raised_timer_runs(hwt_timer *timer, hwtt_log *log, int expect_
     assert_int_equal(atomic_load(&log->count[HWT_LOG_ERROR]), 0);
 }
 
-static void min_tick_case(int64_t tick, hwt_unit unit, hwt_sleep_mode mode, int64_t min_ns, int expect_warn)
+static void min_tick_case(int64_t tick, hwt_unit unit, hwt_sleep_mode mode, int64_t min_ns,
+                          int expect_warn)
 {
     hwt_timer *timer = create_logged(tick, unit, mode, &g_log, expect_warn);
     check_effective_tick(timer, min_ns, 200);

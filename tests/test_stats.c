@@ -67,18 +67,19 @@ static hwt_timer *mk(int64_t tick, hwt_unit unit, uint32_t wheel, int64_t max_pe
 
 static void print_stats(const char *what, const hwt_stats *s)
 {
-    print_message("%s: pending %lld scheduled %llu expired %llu cancelled %llu rejected %llu ticks %llu "
-                  "wakeups %llu late_max %llu ns\n",
-                  what, (long long)s->pending, (unsigned long long)s->scheduled,
-                  (unsigned long long)s->expired, (unsigned long long)s->cancelled,
-                  (unsigned long long)s->rejected, (unsigned long long)s->ticks,
-                  (unsigned long long)s->wakeups, (unsigned long long)s->late_max_ns);
+    print_message(
+        "%s: pending %lld scheduled %llu expired %llu cancelled %llu rejected %llu ticks %llu "
+        "wakeups %llu late_max %llu ns\n",
+        what, (long long)s->pending, (unsigned long long)s->scheduled,
+        (unsigned long long)s->expired, (unsigned long long)s->cancelled,
+        (unsigned long long)s->rejected, (unsigned long long)s->ticks,
+        (unsigned long long)s->wakeups, (unsigned long long)s->late_max_ns);
 }
 
 /* Waits (generously) until the counters reach the expected values, then
  * asserts they are exactly those (an overshoot fails too). */
-static void expect_counters(const hwt_timer *timer, int64_t pending, uint64_t scheduled, uint64_t expired,
-                            uint64_t cancelled, uint64_t rejected)
+static void expect_counters(const hwt_timer *timer, int64_t pending, uint64_t scheduled,
+                            uint64_t expired, uint64_t cancelled, uint64_t rejected)
 {
     hwt_stats s;
     hwtt_wait_until((s = stats_of(timer), s.pending == pending && s.scheduled == scheduled &&
@@ -86,8 +87,8 @@ static void expect_counters(const hwt_timer *timer, int64_t pending, uint64_t sc
                                               s.rejected == rejected),
                     500 + hwtt_slack_ms(1000));
     s = stats_of(timer);
-    if (s.pending != pending || s.scheduled != scheduled || s.expired != expired || s.cancelled != cancelled ||
-        s.rejected != rejected) {
+    if (s.pending != pending || s.scheduled != scheduled || s.expired != expired ||
+        s.cancelled != cancelled || s.rejected != rejected) {
         print_stats("got", &s);
         fail_msg("expected pending %lld scheduled %llu expired %llu cancelled %llu rejected %llu",
                  (long long)pending, (unsigned long long)scheduled, (unsigned long long)expired,
@@ -129,12 +130,15 @@ static void test_counters_match_what_was_done(void **state)
     hwt_timer *timer = mk(10, HWT_MILLISECONDS, 64, 5);
     hwt_timeout *l[5];
     for (int i = 0; i < 5; i++)
-        assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 10, HWT_SECONDS, &l[i]), 0);
+        assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 10, HWT_SECONDS, &l[i]),
+                         0);
     expect_counters(timer, 5, 5, 0, 0, 0);
 
     /* Two rejections, through both entry points. */
-    assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 1, HWT_MILLISECONDS, NULL), HWT_EREJECTED);
-    assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 1, HWT_MILLISECONDS, NULL), HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 1, HWT_MILLISECONDS, NULL),
+                     HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 1, HWT_MILLISECONDS, NULL),
+                     HWT_EREJECTED);
     expect_counters(timer, 5, 5, 0, 0, 2);
 
     /* Invalid calls count nothing. */
@@ -149,7 +153,8 @@ static void test_counters_match_what_was_done(void **state)
     assert_true(hwtt_wait_until(atomic_load(&g_cancels) == 2, 100 + hwtt_slack_ms(1000)));
 
     /* Two that run. */
-    assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 20, HWT_MILLISECONDS, NULL), 0);
+    assert_int_equal(hwt_new_timeout_task(timer, &counting_task, NULL, 20, HWT_MILLISECONDS, NULL),
+                     0);
     assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 0, HWT_MILLISECONDS, NULL), 0);
     assert_true(hwtt_wait_until(atomic_load(&g_runs) == 2, 20 + hwtt_slack_ms(1000)));
     expect_counters(timer, 3, 7, 2, 2, 2);
@@ -165,7 +170,8 @@ static void test_counters_match_what_was_done(void **state)
 
     /* After the stop: HWT_ESTOPPED counts as neither scheduled nor rejected,
      * and a cancel of a handed-back timeout fails. */
-    assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 1, HWT_MILLISECONDS, NULL), HWT_ESTOPPED);
+    assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 1, HWT_MILLISECONDS, NULL),
+                     HWT_ESTOPPED);
     assert_false(hwt_timeout_cancel(l[0]));
     expect_counters(timer, 0, 7, 2, 5, 2);
     hwt_stats s = stats_of(timer);
@@ -294,8 +300,9 @@ static void test_counters_only_grow(void **state)
         assert_true(hwt_timeout_cancel(h));
         hwt_timeout_release(h);
         hwt_stats s = stats_of(timer);
-        regressions += s.scheduled < prev.scheduled || s.expired < prev.expired || s.cancelled < prev.cancelled ||
-                       s.rejected < prev.rejected || s.ticks < prev.ticks || s.wakeups < prev.wakeups ||
+        regressions += s.scheduled < prev.scheduled || s.expired < prev.expired ||
+                       s.cancelled < prev.cancelled || s.rejected < prev.rejected ||
+                       s.ticks < prev.ticks || s.wakeups < prev.wakeups ||
                        s.late_max_ns < prev.late_max_ns;
         prev = s;
         hwtt_sleep_us(500);
@@ -388,7 +395,8 @@ static void test_wakeups_follow_work(void **state)
     (void)state;
     hwt_timer *timer = mk(1, HWT_MILLISECONDS, 512, -1);
     for (int i = 1; i <= 10; i++)
-        assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 10 * i, HWT_MILLISECONDS, NULL), 0);
+        assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 10 * i, HWT_MILLISECONDS, NULL),
+                         0);
     assert_true(hwtt_wait_until(atomic_load(&g_runs) == 10, 100 + hwtt_slack_ms(1000)));
     hwt_stats s = stats_of(timer);
     print_stats("10 timeouts 10 ms apart", &s);

@@ -927,7 +927,6 @@ int main(void)
         cmocka_unit_test(test_stress_stop_races),
         cmocka_unit_test(test_stress_summary),
     };
-    if (getenv("HWTT_FILTER"))
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
+    hwtt_apply_filters();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

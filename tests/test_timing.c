@@ -31,7 +31,7 @@ typedef struct probe {
     int64_t delay_ns;  /* test thread only; INT64_MAX: must never run */
     atomic_llong run_ns;
     atomic_int runs;
-    atomic_int seq;    /* position in the global run order */
+    atomic_int seq; /* position in the global run order */
 } probe;
 
 #define NPROBES 2200
@@ -120,10 +120,11 @@ static void check_window(int from, int n, int64_t tick_ns, int64_t slack_ms)
             fail_msg("probe %d (delay %lld ns) ran %d times", i, (long long)p->delay_ns,
                      atomic_load(&p->runs));
         if (took < delay)
-            fail_msg("probe %d ran early: %lld ns after scheduling, delay %lld ns (tick %lld ns)", i,
-                     (long long)took, (long long)p->delay_ns, (long long)tick_ns);
+            fail_msg("probe %d ran early: %lld ns after scheduling, delay %lld ns (tick %lld ns)",
+                     i, (long long)took, (long long)p->delay_ns, (long long)tick_ns);
         if (took > delay + tick_ns + hwtt_slack_ms(slack_ms) * MS)
-            fail_msg("probe %d ran late: %lld ns after scheduling, delay %lld ns, tick %lld ns, slack %lld ms",
+            fail_msg("probe %d ran late: %lld ns after scheduling, delay %lld ns, tick %lld ns, "
+                     "slack %lld ms",
                      i, (long long)took, (long long)p->delay_ns, (long long)tick_ns,
                      (long long)hwtt_slack_ms(slack_ms));
     }
@@ -315,7 +316,8 @@ static void test_invalid_unit_rejected(void **state)
     hwt_timer *timer = mk(10, HWT_MILLISECONDS, 64, HWT_SLEEP_DEFAULT);
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 1, (hwt_unit)7, NULL), HWT_EINVAL);
     assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 1, (hwt_unit)-1, NULL), HWT_EINVAL);
-    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 1, (hwt_unit)1000, NULL), HWT_EINVAL);
+    assert_int_equal(hwt_new_timeout(timer, probe_run, &g_p[0], 1, (hwt_unit)1000, NULL),
+                     HWT_EINVAL);
     assert_int_equal(hwt_pending_timeouts(timer), 0);
     sched(timer, &g_p[1], 5, HWT_MILLISECONDS, 5 * MS);
     check_window(1, 1, 10 * MS, SLACK_MS);
@@ -338,8 +340,8 @@ static void test_saturation_max_never_fires(void **state)
         hwt_unit u;
     } huge[] = {
         {INT64_MAX - 1, HWT_NANOSECONDS},
-        {INT64_MAX / 1000 + 1, HWT_MICROSECONDS},          /* just overflows */
-        {INT64_MAX / 1000000 + 1, HWT_MILLISECONDS},       /* just overflows */
+        {INT64_MAX / 1000 + 1, HWT_MICROSECONDS},    /* just overflows */
+        {INT64_MAX / 1000000 + 1, HWT_MILLISECONDS}, /* just overflows */
         {INT64_MAX / 2, HWT_MICROSECONDS},
         {INT64_C(100000000000000000), HWT_SECONDS},
         {INT64_MAX / 1000000000 + 1, HWT_SECONDS},
@@ -407,7 +409,8 @@ static void order_case(int64_t tick_ns, uint32_t wheel, int64_t step_ns, int n)
             if (di + 2 * tick_ns <= dj && g_p[i].queued_ns < dj &&
                 atomic_load(&g_p[i].seq) > atomic_load(&g_p[j].seq)) {
                 if (!wrong)
-                    print_message("delay %lld ms ran after delay %lld ms\n", (long long)(g_p[i].delay_ns / MS),
+                    print_message("delay %lld ms ran after delay %lld ms\n",
+                                  (long long)(g_p[i].delay_ns / MS),
                                   (long long)(g_p[j].delay_ns / MS));
                 wrong++;
             }
@@ -556,8 +559,8 @@ static void test_long_revolution(void **state)
     (void)state;
     const int64_t tick = 100 * MS;
     hwt_timer *timer = mk(100, HWT_MILLISECONDS, 4, HWT_SLEEP_PRECISE);
-    sched(timer, &g_p[0], 400, HWT_MILLISECONDS, 400 * MS);  /* one revolution */
-    sched(timer, &g_p[1], 800, HWT_MILLISECONDS, 800 * MS);  /* two */
+    sched(timer, &g_p[0], 400, HWT_MILLISECONDS, 400 * MS);   /* one revolution */
+    sched(timer, &g_p[1], 800, HWT_MILLISECONDS, 800 * MS);   /* two */
     sched(timer, &g_p[2], 1050, HWT_MILLISECONDS, 1050 * MS); /* 2.6 */
     sched(timer, &g_p[3], 1250, HWT_MILLISECONDS, 1250 * MS); /* 3.1 */
     sched(timer, &g_p[4], 150, HWT_MILLISECONDS, 150 * MS);

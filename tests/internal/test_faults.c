@@ -1357,7 +1357,6 @@ int main(void)
         cmocka_unit_test_teardown(test_memory_freed_after_last_release, teardown),
         cmocka_unit_test(test_sites_covered),
     };
-    if (getenv("HWTT_FILTER"))
-        cmocka_set_test_filter(getenv("HWTT_FILTER"));
+    hwtt_apply_filters();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,9 +104,10 @@ static void run_model(uint32_t wheel_len, int rounds)
             case 0: step = 0; break;
             case 1: step = (int64_t)(rnd() % 3); break;
             case 2: step = (int64_t)(rnd() % 70000); break;
-            default: step = earliest != INT64_MAX && earliest > m->wheel.cur
-                                ? earliest - m->wheel.cur + (int64_t)(rnd() % 2) - 1
-                                : 1;
+            default:
+                step = earliest != INT64_MAX && earliest > m->wheel.cur
+                           ? earliest - m->wheel.cur + (int64_t)(rnd() % 2) - 1
+                           : 1;
             }
             int64_t last = m->wheel.cur + step;
             m->last_tick = -1;
@@ -127,11 +128,31 @@ static void run_model(uint32_t wheel_len, int rounds)
     free(m);
 }
 
-static void test_wheel_1(void **state) { (void)state; run_model(1, 20000); }
-static void test_wheel_2(void **state) { (void)state; run_model(2, 20000); }
-static void test_wheel_8(void **state) { (void)state; run_model(8, 20000); }
-static void test_wheel_64(void **state) { (void)state; run_model(64, 20000); }
-static void test_wheel_512(void **state) { (void)state; run_model(512, 20000); }
+static void test_wheel_1(void **state)
+{
+    (void)state;
+    run_model(1, 20000);
+}
+static void test_wheel_2(void **state)
+{
+    (void)state;
+    run_model(2, 20000);
+}
+static void test_wheel_8(void **state)
+{
+    (void)state;
+    run_model(8, 20000);
+}
+static void test_wheel_64(void **state)
+{
+    (void)state;
+    run_model(64, 20000);
+}
+static void test_wheel_512(void **state)
+{
+    (void)state;
+    run_model(512, 20000);
+}
 
 static void count_expire(void *ctx, hwt_timeout *t)
 {
