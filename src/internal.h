@@ -41,9 +41,10 @@ enum {
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
 enum {
-    HWT_W_LINKED = 1,     /* in a wheel bucket */
-    HWT_W_RELEASED = 2,   /* out of the queue and not in the wheel any more */
-    HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
+    HWT_W_LINKED = 1,      /* in a wheel bucket */
+    HWT_W_RELEASED = 2,    /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 4, /* its cancellation was processed (callback called) */
+    HWT_W_LEVEL0 = 8       /* linked in a level-0 bucket (else an overflow slot) */
 };
 
 /* A timeout's task when it has a cancelled callback (tasks.c). */
@@ -116,6 +117,7 @@ struct hwt_timer {
     int64_t cancel_latency_ns; /* max(tick, 100 ms) */
     int64_t max_pending;       /* <= 0: unlimited */
     uint32_t max_transfers;
+    int64_t precascade_every; /* ticks between wake-ups while pre-cascading */
     hwt_sleep_mode sleep_mode;
     const pthread_attr_t *thread_attr;
     char thread_name[16];

@@ -28,8 +28,10 @@ struct hwt__wheel {
     uint32_t bits0;        /* log2 of the level-0 length (ticks_per_wheel) */
     uint32_t upper_levels; /* levels above level 0 */
     uint64_t mask0;
-    struct hwt__bucket *level0; /* 2^bits0 buckets */
-    uint64_t *occ0;             /* one bit per level-0 bucket: non-empty */
+    /* Level 0, twice: the block of cur and the next block, in the arrays
+     * named by the block number's parity (2^bits0 buckets each). */
+    struct hwt__bucket *level0[2];
+    uint64_t *occ0[2]; /* one bit per level-0 bucket: non-empty */
     size_t occ0_words;
     struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][HWT_LEVEL_SLOTS];
     uint64_t occ_upper[HWT_MAX_UPPER_LEVELS];
@@ -54,6 +56,13 @@ void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *timeout);
  * timeouts, or an overflow slot to move down); INT64_MAX if the wheel is
  * empty. May return an earlier tick at which nothing is due (huge wheels). */
 int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel);
+
+/* Moves up to `budget` timeouts due in the next block from the overflow
+ * level into level 0, ahead of time (see wheel.c). Returns how many. */
+size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget);
+
+/* True if timeouts due in the next block still wait in the overflow level. */
+bool hwt__wheel_precascade_pending(const struct hwt__wheel *wheel);
 
 /* Processes ticks cur .. last: for each due timeout, in tick order and within
  * a tick in the order they were linked, unlinks it and calls expire(ctx, t).

@@ -1,8 +1,9 @@
 /*
  * test_wheel.c - the wheel (src/wheel.c) against a reference model.
  *
- * Random placements (past, near, far, "never"), unlinks and advances (one
- * tick, small and huge jumps) on wheels of 1, 2, 8, 64 and 512 buckets. After
+ * Random placements (past, near, far, "never"), unlinks, pre-cascades and
+ * advances (one tick, small and huge jumps) on wheels of 1, 2, 8, 64 and 512
+ * buckets. After
  * every operation hwt__wheel_check() must hold; every timeout must fire at
  * exactly max(due tick, tick current when it was placed), in tick order and,
  * within a tick, in placement order; next_event must never pass work.
@@ -86,6 +87,8 @@ static void run_model(uint32_t wheel_len, int rounds)
             m->seq[i] = m->next_seq++;
             m->live[i] = true;
             hwt__wheel_place(&m->wheel, &m->t[i]);
+        } else if (op == 7 && used > 0 && rnd() % 2) {
+            hwt__wheel_precascade(&m->wheel, (size_t)(rnd() % 64));
         } else if (op < 7 && used > 0) {
             size_t i = (size_t)(rnd() % used);
             if (m->live[i]) {
