@@ -192,3 +192,17 @@ void hwtt_apply_filters(void)
     if (getenv("HWTT_SKIP"))
         cmocka_set_skip_filter(getenv("HWTT_SKIP"));
 }
+
+void hwtt_rec_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add(&((hwtt_rec *)arg)->ran, 1);
+}
+
+void hwtt_rec_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add(&((hwtt_rec *)arg)->cb, 1);
+}
+
+const hwt_task hwtt_rec_task = {.run = hwtt_rec_run, .cancelled = hwtt_rec_cancelled};

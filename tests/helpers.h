@@ -88,4 +88,12 @@ int hwtt_threads_named(const char *name);
  * Call in main() before cmocka_run_group_tests. */
 void hwtt_apply_filters(void);
 
+/* Counts what happened to a timeout whose arg is this record. */
+typedef struct hwtt_rec {
+    atomic_int ran, cb;
+} hwtt_rec;
+void hwtt_rec_run(hwt_timeout *timeout, void *arg);       /* ran++ */
+void hwtt_rec_cancelled(hwt_timeout *timeout, void *arg); /* cb++ */
+extern const hwt_task hwtt_rec_task;                      /* both */
+
 #endif

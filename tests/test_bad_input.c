@@ -40,30 +40,12 @@ static bool stats_equal(const hwt_stats *a, const hwt_stats *b)
            a->cancelled == b->cancelled && a->rejected == b->rejected;
 }
 
-typedef struct rec {
-    atomic_int ran, cb;
-} rec;
-
-static void rec_run(hwt_timeout *timeout, void *arg)
-{
-    (void)timeout;
-    atomic_fetch_add(&((rec *)arg)->ran, 1);
-}
-
-static void rec_cancelled(hwt_timeout *timeout, void *arg)
-{
-    (void)timeout;
-    atomic_fetch_add(&((rec *)arg)->cb, 1);
-}
-
-static const hwt_task rec_task = {.run = rec_run, .cancelled = rec_cancelled};
-
 /* The timer still works: a 1 ms timeout runs. */
 static void assert_works(hwt_timer *t)
 {
-    static rec r;
+    static hwtt_rec r;
     memset(&r, 0, sizeof r);
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r, 1, HWT_MILLISECONDS, NULL), 0);
     assert_true(hwtt_wait_until(atomic_load(&r.ran) == 1, hwtt_slack_ms(5000)));
 }
 
@@ -277,7 +259,7 @@ static void test_accepted_extremes_work(void **state)
 
 /* ------------------------------------------------- scheduling arguments */
 
-static rec dummy;
+static hwtt_rec dummy;
 
 typedef struct sched_case {
     const char *what;
@@ -292,7 +274,7 @@ static void test_schedule_invalid_arguments(void **state)
     hwt_timer *t = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
     /* one pending "never" timeout, so pending has something to keep */
     hwt_timeout *keep = NULL;
-    assert_int_equal(hwt_new_timeout(t, rec_run, &dummy, 1, HWT_DAYS, &keep), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &dummy, 1, HWT_DAYS, &keep), 0);
 
     sched_case cases[64];
     int n = 0;
@@ -322,12 +304,13 @@ static void test_schedule_invalid_arguments(void **state)
             hwt_timeout **out = with_out ? &h : NULL;
             int rc;
             if (c->use_task) {
-                hwt_task task = {.run = c->null_run ? NULL : rec_run, .cancelled = rec_cancelled};
+                hwt_task task = {.run = c->null_run ? NULL : hwtt_rec_run,
+                                 .cancelled = hwtt_rec_cancelled};
                 rc = hwt_new_timeout_task(tt, c->null_task ? NULL : &task, &dummy, 0,
                                           (hwt_unit)c->unit, out);
             } else {
-                rc = hwt_new_timeout(tt, c->null_run ? NULL : rec_run, &dummy, 0, (hwt_unit)c->unit,
-                                     out);
+                rc = hwt_new_timeout(tt, c->null_run ? NULL : hwtt_rec_run, &dummy, 0,
+                                     (hwt_unit)c->unit, out);
             }
             hwt_stats after;
             hwt_timer_stats(t, &after);
@@ -362,7 +345,7 @@ static void test_invalid_calls_do_not_start(void **state)
     o.thread_name = "hwt-bad-nostart";
     hwt_timer *t = hwtt_track(hwtt_timer_opts(&o));
     assert_int_equal(hwt_new_timeout(t, NULL, NULL, 0, HWT_MILLISECONDS, NULL), HWT_EINVAL);
-    assert_int_equal(hwt_new_timeout(t, rec_run, NULL, 0, (hwt_unit)9, NULL), HWT_EINVAL);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, NULL, 0, (hwt_unit)9, NULL), HWT_EINVAL);
     assert_int_equal(hwt_new_timeout_task(t, NULL, NULL, 0, HWT_MILLISECONDS, NULL), HWT_EINVAL);
     hwt_timeout **l = NULL;
     size_t c = 0;
@@ -384,7 +367,7 @@ static void test_invalid_calls_do_not_start(void **state)
 #define DELAYS_N 9
 static const int64_t delays[DELAYS_N] = {INT64_MIN, INT64_MIN + 1, -1000000,      -1,       0,
                                          1,         INT64_MAX / 2, INT64_MAX - 1, INT64_MAX};
-static rec delay_rec[7][DELAYS_N];
+static hwtt_rec delay_rec[7][DELAYS_N];
 
 /* Documented: every delay in every unit is accepted; <= 0 fires on the next
  * tick; a positive delay that overflows means "never". */
@@ -404,10 +387,10 @@ static void test_extreme_delays_every_unit(void **state)
             is_soon[u][d] = delay <= 0 || (delay == 1 && unit_ns[u] <= 1000000000);
             soon += is_soon[u][d];
             never += !is_soon[u][d];
-            int rc = (d % 2) ? hwt_new_timeout_task(t, &rec_task, &delay_rec[u][d], delay,
+            int rc = (d % 2) ? hwt_new_timeout_task(t, &hwtt_rec_task, &delay_rec[u][d], delay,
                                                     all_units[u], &h[u][d])
-                             : hwt_new_timeout(t, rec_run, &delay_rec[u][d], delay, all_units[u],
-                                               &h[u][d]);
+                             : hwt_new_timeout(t, hwtt_rec_run, &delay_rec[u][d], delay,
+                                               all_units[u], &h[u][d]);
             if (rc != 0) {
                 failures++;
                 h[u][d] = NULL;
@@ -462,18 +445,20 @@ static void test_rejected_changes_nothing(void **state)
     o.tick_duration = 1;
     o.max_pending_timeouts = 2;
     hwt_timer *t = hwtt_track(hwtt_timer_opts(&o));
-    rec r[4];
+    hwtt_rec r[4];
     memset(r, 0, sizeof r);
     hwt_timeout *a = NULL, *b = NULL;
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r[0], 1, HWT_HOURS, &a), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[1], 1, HWT_HOURS, &b), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r[0], 1, HWT_HOURS, &a), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[1], 1, HWT_HOURS, &b), 0);
     hwt_stats before, after;
     hwt_timer_stats(t, &before);
     hwt_timeout *h = (hwt_timeout *)&r[3];
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r[2], 0, HWT_MILLISECONDS, &h), HWT_EREJECTED);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[2], INT64_MIN, HWT_DAYS, &h),
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r[2], 0, HWT_MILLISECONDS, &h),
                      HWT_EREJECTED);
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r[2], 0, HWT_MILLISECONDS, NULL), HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[2], INT64_MIN, HWT_DAYS, &h),
+                     HWT_EREJECTED);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r[2], 0, HWT_MILLISECONDS, NULL),
+                     HWT_EREJECTED);
     hwt_timer_stats(t, &after);
     assert_ptr_equal(h, (hwt_timeout *)&r[3]);
     assert_int_equal(after.pending, 2);
@@ -500,10 +485,10 @@ static void test_stop_invalid_arguments(void **state)
     assert_int_equal(hwt_stop(NULL, &l, &n), HWT_EINVAL);
     assert_int_equal(hwt_stop(NULL, &l, NULL), HWT_EINVAL);
     hwt_timer *t = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
-    rec r;
+    hwtt_rec r;
     memset(&r, 0, sizeof r);
     hwt_timeout *keep = NULL;
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r, 1, HWT_HOURS, &keep), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r, 1, HWT_HOURS, &keep), 0);
     hwt_stats before, after;
     hwt_timer_stats(t, &before);
     assert_int_equal(hwt_stop(t, &l, NULL), HWT_EINVAL);
@@ -541,15 +526,16 @@ static void test_after_stop_changes_nothing(void **state)
     for (int u = 0; u < 7; u++) {
         for (int d = 0; d < DELAYS_N; d++) {
             hwt_timeout *h = (hwt_timeout *)&dummy;
-            int rc = (d % 2)
-                         ? hwt_new_timeout_task(t, &rec_task, &dummy, delays[d], all_units[u], &h)
-                         : hwt_new_timeout(t, rec_run, &dummy, delays[d], all_units[u], &h);
+            int rc =
+                (d % 2)
+                    ? hwt_new_timeout_task(t, &hwtt_rec_task, &dummy, delays[d], all_units[u], &h)
+                    : hwt_new_timeout(t, hwtt_rec_run, &dummy, delays[d], all_units[u], &h);
             failures += rc != HWT_ESTOPPED || h != (hwt_timeout *)&dummy;
         }
     }
     /* argument errors still come first */
     assert_int_equal(hwt_new_timeout(t, NULL, NULL, 0, HWT_MILLISECONDS, NULL), HWT_EINVAL);
-    assert_int_equal(hwt_new_timeout(t, rec_run, NULL, 0, (hwt_unit)-1, NULL), HWT_EINVAL);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, NULL, 0, (hwt_unit)-1, NULL), HWT_EINVAL);
     assert_int_equal(hwt_timer_start(t), HWT_ESTOPPED);
     hwt_timer_stats(t, &after);
     assert_int_equal(failures, 0);
@@ -663,13 +649,14 @@ static void test_run_without_executor_does_nothing(void **state)
 {
     (void)state;
     hwt_timer *t = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
-    rec r[4];
+    hwtt_rec r[4];
     memset(r, 0, sizeof r);
     hwt_timeout *pending = NULL, *expired = NULL, *cancelled = NULL, *handed = NULL;
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[0], 1, HWT_HOURS, &pending), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[1], 0, HWT_MILLISECONDS, &expired), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[2], 1, HWT_HOURS, &cancelled), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[3], 1, HWT_HOURS, &handed), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[0], 1, HWT_HOURS, &pending), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[1], 0, HWT_MILLISECONDS, &expired),
+                     0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[2], 1, HWT_HOURS, &cancelled), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[3], 1, HWT_HOURS, &handed), 0);
     assert_true(hwtt_wait_until(atomic_load(&r[1].ran) == 1, hwtt_slack_ms(5000)));
     assert_true(hwt_timeout_cancel(cancelled));
     assert_true(hwtt_wait_until(atomic_load(&r[2].cb) == 1, hwtt_slack_ms(5000)));

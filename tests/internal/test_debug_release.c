@@ -19,23 +19,6 @@
 #include "internal.h"
 
 #ifdef HWT_DEBUG
-typedef struct rec {
-    atomic_int ran, cb;
-} rec;
-
-static void rec_run(hwt_timeout *timeout, void *arg)
-{
-    (void)timeout;
-    atomic_fetch_add(&((rec *)arg)->ran, 1);
-}
-
-static void rec_cancelled(hwt_timeout *timeout, void *arg)
-{
-    (void)timeout;
-    atomic_fetch_add(&((rec *)arg)->cb, 1);
-}
-
-static const hwt_task rec_task = {.run = rec_run, .cancelled = rec_cancelled};
 
 static hwtt_log dlog;
 
@@ -56,9 +39,9 @@ static hwt_timer *debug_timer(void)
  * later timeout has run, so the earlier ones' in-flight references are gone. */
 static void settle(hwt_timer *t)
 {
-    static rec marker;
+    static hwtt_rec marker;
     memset(&marker, 0, sizeof marker);
-    assert_int_equal(hwt_new_timeout(t, rec_run, &marker, 2, HWT_MILLISECONDS, NULL), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &marker, 2, HWT_MILLISECONDS, NULL), 0);
     assert_true(hwtt_wait_until(atomic_load(&marker.ran) == 1, hwtt_slack_ms(5000)));
 }
 
@@ -67,12 +50,13 @@ static void settle(hwt_timer *t)
 static void assert_pool_intact(hwt_timer *t, const hwt_timeout *freed)
 {
     enum { N = 2000 };
-    static rec r[N];
+    static hwtt_rec r[N];
     static hwt_timeout *h[N];
     memset(r, 0, sizeof r);
     int same_as_freed = 0;
     for (int i = 0; i < N; i++) {
-        assert_int_equal(hwt_new_timeout(t, rec_run, &r[i], i % 3, HWT_MILLISECONDS, &h[i]), 0);
+        assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r[i], i % 3, HWT_MILLISECONDS, &h[i]),
+                         0);
         same_as_freed += h[i] == freed;
     }
     bool all = hwtt_wait_until(({
@@ -115,10 +99,10 @@ static void test_double_release_of_a_handle(void **state)
 {
     (void)state;
     hwt_timer *t = debug_timer();
-    static rec r;
+    static hwtt_rec r;
     memset(&r, 0, sizeof r);
     hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r, 0, HWT_MILLISECONDS, &h), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r, 0, HWT_MILLISECONDS, &h), 0);
     assert_true(hwtt_wait_until(atomic_load(&r.ran) == 1, hwtt_slack_ms(5000)));
     settle(t);
     hwt_timeout_release(h);
@@ -142,9 +126,9 @@ static void test_double_release_after_stop_list(void **state)
 {
     (void)state;
     hwt_timer *t = debug_timer();
-    static rec r;
+    static hwtt_rec r;
     memset(&r, 0, sizeof r);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r, 1, HWT_HOURS, NULL), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r, 1, HWT_HOURS, NULL), 0);
     hwt_timeout **list = NULL;
     size_t n = 0;
     assert_int_equal(hwt_stop(t, &list, &n), 0);
@@ -165,12 +149,12 @@ static void test_correct_use_logs_nothing(void **state)
 {
     (void)state;
     hwt_timer *t = debug_timer();
-    static rec r[3];
+    static hwtt_rec r[3];
     memset(r, 0, sizeof r);
     hwt_timeout *a = NULL, *b = NULL, *c = NULL;
-    assert_int_equal(hwt_new_timeout(t, rec_run, &r[0], 0, HWT_MILLISECONDS, &a), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[1], 1, HWT_HOURS, &b), 0);
-    assert_int_equal(hwt_new_timeout_task(t, &rec_task, &r[2], 1, HWT_HOURS, &c), 0);
+    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r[0], 0, HWT_MILLISECONDS, &a), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[1], 1, HWT_HOURS, &b), 0);
+    assert_int_equal(hwt_new_timeout_task(t, &hwtt_rec_task, &r[2], 1, HWT_HOURS, &c), 0);
     assert_true(hwt_timeout_cancel(b));
     assert_true(hwtt_wait_until(atomic_load(&r[0].ran) == 1 && atomic_load(&r[1].cb) == 1,
                                 hwtt_slack_ms(5000)));
