@@ -6,7 +6,8 @@
  *   hwt-bench version
  *
  * Workloads (issue 3): schedule, cancel, churn, expire, precision, idle,
- * hold, memory. Each run prints exactly one line on stdout,
+ * hold, memory; and jitter (a hold plus a heartbeat task, see w_jitter).
+ * Each run prints exactly one line on stdout,
  *
  *   hwtimer WORKLOAD key=value key=value ...
  *
@@ -766,6 +767,66 @@ static void w_memory(const struct config *c)
         pending);
 }
 
+/* jitter: a hold plus a heartbeat - a task re-arming itself every tick on the
+ * same timer - measuring how late the beat runs: what a long-lived server with
+ * many idle-connection timeouts sees when the wheel moves far timeouts down
+ * (cascades). Use seconds=36 to cross the 32.8 s level-2 boundary. */
+static struct {
+    int64_t interval, due, t0, worst, worst_at;
+    int64_t *late;
+    size_t n, cap;
+    atomic_int stop;
+} beat;
+
+static void beat_task(hwt_timeout *timeout, void *arg)
+{
+    int64_t now = now_ns(), late = now - beat.due;
+    if (beat.n < beat.cap)
+        beat.late[beat.n++] = late;
+    if (late > beat.worst) {
+        beat.worst = late;
+        beat.worst_at = now - beat.t0;
+    }
+    if (atomic_load(&beat.stop))
+        return;
+    beat.due = now + beat.interval;
+    check(hwt_new_timeout(hwt_timeout_timer(timeout), beat_task, arg, beat.interval,
+                          HWT_NANOSECONDS, NULL),
+          "hwt_new_timeout (beat)");
+}
+
+static void w_jitter(const struct config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = uniform_delays(ph.n, 10 * S_NS, 70 * S_NS, c->seed);
+    ph.delays = delays;
+    run_phase(&ph, schedule_noop);
+    sleep_ns(c->settle_ms * MS_NS);
+
+    beat.interval = c->tick_us * 1000;
+    beat.cap = (size_t)(c->seconds * 1e9 / (double)beat.interval) + 16;
+    beat.late = xmalloc(beat.cap * sizeof *beat.late);
+    prefault(beat.late, beat.cap * sizeof *beat.late);
+    beat.t0 = now_ns();
+    beat.due = beat.t0 + beat.interval;
+    check(hwt_new_timeout(timer, beat_task, NULL, beat.interval, HWT_NANOSECONDS, NULL),
+          "hwt_new_timeout (beat)");
+    sleep_ns((int64_t)(c->seconds * 1e9));
+    atomic_store(&beat.stop, 1);
+    hwt_timer_destroy(timer); /* joins the worker: beat.* are final */
+    free(delays);
+
+    qsort(beat.late, beat.n, sizeof *beat.late, cmp_i64);
+    put_params(c);
+    put(" settle_ms=%ld beats=%zu p50_us=%.1f p99_us=%.1f max_us=%.1f max_at_s=%.3f", c->settle_ms,
+        beat.n, (double)percentile(beat.late, beat.n, 50) / 1e3,
+        (double)percentile(beat.late, beat.n, 99) / 1e3, (double)beat.worst / 1e3,
+        (double)(beat.worst_at + (int64_t)c->settle_ms * MS_NS) / 1e9);
+    free(beat.late);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static const struct {
@@ -774,12 +835,13 @@ static const struct {
 } workloads[] = {
     {"schedule", w_schedule}, {"cancel", w_cancel}, {"churn", w_churn}, {"expire", w_expire},
     {"precision", w_expire},  {"idle", w_idle},     {"hold", w_hold},   {"memory", w_memory},
+    {"jitter", w_jitter},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
-               "workloads: schedule cancel churn expire precision idle hold memory\n"
+               "workloads: schedule cancel churn expire precision idle hold memory jitter\n"
                "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring seed dump\n");
 }
 
