@@ -3,16 +3,18 @@
  *
  * Shared by all threads: every function here may run concurrently with the
  * worker and with each other. A timeout's fate is decided by one CAS on its
- * state, from HWT_TO_INIT to exactly one of: EXPIRED (the worker), CANCELLED
- * (hwt_timeout_cancel; the final drain of a stop, with BY_STOP; or its own
- * producer when it raced a stop, with REJECTED). Whoever wins counts the
- * pending total down, exactly once.
+ * state (hwt__timeout_leave_init), from HWT_TO_INIT to exactly one of:
+ * EXPIRED (the worker) or CANCELLED (hwt_timeout_cancel, or the final drain
+ * of a stop, with BY_STOP). Whoever wins counts the pending total down,
+ * exactly once. A schedule racing a stop is settled before the drain: the
+ * stop waits for every hwt_new_timeout that saw the timer running (the
+ * stripes' started/scheduled/failed counts).
  *
  * References: the caller's handle (optional) and one "in-flight" reference
  * held by the queue, then the wheel, then whoever ends the timeout (the
  * worker, the executor, or the stop list). The timeout's memory goes back to
  * the timer's pool when both are gone; the timer's memory lives while any
- * timeout of it is out of the pool.
+ * timeout of it is out of the pool (pool.c).
  */
 #include <limits.h>
 
