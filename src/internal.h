@@ -7,7 +7,7 @@
  *     belongs to the worker thread (and to the stopping thread once it has
  *     joined the worker); lifecycle fields are under lifecycle_lock.
  *   hwt_timeout: state and refs are atomics (any thread); link, wflags are
- *     the worker's; run/cancelled/arg/deadline are written by the producer
+ *     the worker's; run (or pair)/arg/deadline are written by the producer
  *     before the timeout is published and are read-only afterwards.
  */
 #ifndef HWT_INTERNAL_H
