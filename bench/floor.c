@@ -3,8 +3,13 @@
  * for the design the SPEC prescribes (a CLOCK_MONOTONIC read for the
  * deadline, one ck_fifo_mpmc_enqueue to hand the timeout to the worker):
  *
- *   hwt-floor [n=10000000]
+ *   hwt-floor [n=10000000] [sleep_s=0]
  *   floor clock_ns=... enqueue_1t_ns=... enqueue_2t_ns=... lock_add_ns=...
+ *
+ * With sleep_s=S it also measures the machine's own timing noise: a plain
+ * thread sleeping 1 ms at a time (clock_nanosleep, absolute) for S seconds,
+ * no library involved - how late any timer's worker may wake here (CPU
+ * steal on a virtual machine shows up as tens of milliseconds).
  *
  * enqueue_2t_ns is wall time / items with two threads enqueueing
  * preallocated entries into one fifo at once (the issue's "~30 ns"
@@ -59,14 +64,41 @@ static double enqueue_ns(long n, int threads)
     return (double)wall / (double)(per_thread * threads);
 }
 
+/* Prints how late 1 ms absolute sleeps wake over `seconds`. */
+static void sleep_noise(double seconds)
+{
+    long long t0 = now_ns(), worst = 0, worst_at = 0;
+    long sleeps = 0, over_1ms = 0, over_4ms = 0;
+    while (now_ns() - t0 < (long long)(seconds * 1e9)) {
+        long long due = now_ns() + 1000000;
+        struct timespec ts = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        long long late = now_ns() - due;
+        sleeps++;
+        over_1ms += late > 1000000;
+        over_4ms += late > 4000000;
+        if (late > worst) {
+            worst = late;
+            worst_at = now_ns() - t0;
+        }
+    }
+    printf("sleep_noise seconds=%.1f sleeps=%ld late_over_1ms=%ld late_over_4ms=%ld worst_ms=%.1f"
+           " worst_at_s=%.2f\n",
+           seconds, sleeps, over_1ms, over_4ms, (double)worst / 1e6, (double)worst_at / 1e9);
+}
+
 int main(int argc, char **argv)
 {
     long n = 10000000;
-    for (int i = 1; i < argc; i++)
+    double sleep_s = 0;
+    for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "n=", 2) == 0)
             n = atol(argv[i] + 2);
-    if (n < 2) {
-        fprintf(stderr, "usage: hwt-floor [n=ITEMS >= 2]\n");
+        else if (strncmp(argv[i], "sleep_s=", 8) == 0)
+            sleep_s = atof(argv[i] + 8);
+    }
+    if (n < 2 || sleep_s < 0) {
+        fprintf(stderr, "usage: hwt-floor [n=ITEMS >= 2] [sleep_s=SECONDS]\n");
         return 2;
     }
     long long sink = 0, t0 = now_ns();
@@ -88,5 +120,7 @@ int main(int argc, char **argv)
     printf("floor n=%ld clock_ns=%.1f enqueue_1t_ns=%.1f enqueue_2t_ns=%.1f lock_add_ns=%.1f"
            " (sink %lld)\n",
            n, clock_ns, e1, e2, lock_ns, sink & 1);
+    if (sleep_s > 0)
+        sleep_noise(sleep_s);
     return 0;
 }
