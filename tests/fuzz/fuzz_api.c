@@ -428,13 +428,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 9: { /* state through the handle */
             int i = pick_slot();
             if (i >= 0 && slots[i].h != NULL) {
+                /* What happened first, then the state: a task may run between
+                 * two reads, and its timeout is expired before it starts. */
+                bool ran = atomic_load(&slots[i].ran) > 0;
+                bool cancel_true = atomic_load(&slots[i].cancel_true) > 0;
                 bool e = hwt_timeout_is_expired(slots[i].h);
                 bool c = hwt_timeout_is_cancelled(slots[i].h);
                 if (e && c)
                     violation("slot %d: both expired and cancelled", i);
-                if (atomic_load(&slots[i].ran) > 0 && !e)
+                if (ran && !e)
                     violation("slot %d: ran but not expired", i);
-                if (atomic_load(&slots[i].cancel_true) > 0 && !c)
+                if (cancel_true && !c)
                     violation("slot %d: cancelled but not is_cancelled", i);
                 if (hwt_timeout_timer(slots[i].h) != timer ||
                     hwt_timeout_arg(slots[i].h) != &slots[i] ||
