@@ -140,20 +140,6 @@ static void test_cancel_after_expiry_false(void **state)
     hwt_timeout_release(h);
 }
 
-static void test_null_handles(void **state)
-{
-    (void)state;
-    assert_false(hwt_timeout_cancel(NULL));
-    assert_false(hwt_timeout_is_cancelled(NULL));
-    assert_false(hwt_timeout_is_expired(NULL));
-    assert_null(hwt_timeout_timer(NULL));
-    assert_null(hwt_timeout_task(NULL));
-    assert_null(hwt_timeout_arg(NULL));
-    hwt_timeout_run(NULL);
-    hwt_timeout_release(NULL);
-    hwt_timeouts_release(NULL, 0);
-}
-
 /* ---------------------------------------------- the cancelled callback */
 
 /* Cancelled callback: once, on the worker, soon, even when the worker has
@@ -525,7 +511,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_before_expiry_true_once),
         cmocka_unit_test(test_cancel_after_expiry_false),
-        cmocka_unit_test(test_null_handles),
         cmocka_unit_test(test_cancelled_callback_idle_1ms_tick),
         cmocka_unit_test(test_cancelled_callback_idle_100us_tick),
         cmocka_unit_test(test_cancelled_callback_idle_100ms_tick),
