@@ -100,6 +100,23 @@ static bool timeouts_waiting(hwt_timer *timer)
 
 /* ---------------------------------------------------------- transfer */
 
+/* Adds n to a counter only the worker writes (others read it): no locked op. */
+static void bump(_Atomic uint64_t *counter, uint64_t n)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* The oldest new timeout of one stripe, or NULL; its queue entry is recycled. */
+static hwt_timeout *take_queued(hwt_timer *timer, ck_fifo_mpmc_t *queue)
+{
+    struct hwt__qentry *garbage;
+    hwt_timeout *t = hwt__fifo_pop(queue, &garbage);
+    if (t != NULL)
+        hwt__entry_free(timer, garbage);
+    return t;
+}
+
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
  * the stripes in turn (each in its own order). */
 static uint32_t transfer(hwt_timer *timer, uint32_t budget)
@@ -108,11 +125,9 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget)
     for (unsigned i = 0; i < HWT_STRIPES && n < budget; i++) {
         ck_fifo_mpmc_t *queue = &timer->stripes[(timer->next_stripe + i) % HWT_STRIPES].queue;
         while (n < budget) {
-            struct hwt__qentry *garbage;
-            hwt_timeout *t = hwt__fifo_pop(queue, &garbage);
+            hwt_timeout *t = take_queued(timer, queue);
             if (t == NULL)
                 break;
-            hwt__entry_free(timer, garbage);
             n++;
             if ((atomic_load(&t->state) & HWT_TO_LIFE) == HWT_TO_INIT)
                 hwt__wheel_place(&timer->wheel, t);
@@ -121,10 +136,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget)
         }
     }
     timer->next_stripe++; /* who goes first when the budget runs out */
-    if (n > 0)
-        atomic_store_explicit(&timer->transferred,
-                              atomic_load_explicit(&timer->transferred, memory_order_relaxed) + n,
-                              memory_order_relaxed);
+    bump(&timer->transferred, n);
     return n;
 }
 
@@ -158,11 +170,6 @@ static void expire(void *ctx, hwt_timeout *t)
 /* Timeouts moved ahead of time from the overflow level per pass (wheel.c,
  * "spreading the cascades"): a few hundred microseconds at most. */
 #define PRECASCADE_BUDGET 512
-
-static uint64_t load_relaxed_u64(_Atomic uint64_t *p)
-{
-    return atomic_load_explicit(p, memory_order_relaxed);
-}
 
 static void run_loop(hwt_timer *timer)
 {
@@ -208,8 +215,7 @@ static void run_loop(hwt_timer *timer)
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
-                atomic_store_explicit(&timer->wakeups, load_relaxed_u64(&timer->wakeups) + 1,
-                                      memory_order_relaxed);
+                bump(&timer->wakeups, 1);
         }
         atomic_store(&timer->wake_before, INT64_MIN);
     }
@@ -250,14 +256,10 @@ static void final_drain(hwt_timer *timer)
 {
     wait_for_producers(timer);
     hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
-    struct hwt__qentry *garbage;
     hwt_timeout *t;
-    for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        while ((t = hwt__fifo_pop(&timer->stripes[i].queue, &garbage)) != NULL) {
-            hwt__entry_free(timer, garbage);
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        while ((t = take_queued(timer, &timer->stripes[i].queue)) != NULL)
             take_for_stop(timer, t);
-        }
-    }
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */
     process_cancels(timer);
