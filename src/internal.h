@@ -31,10 +31,9 @@
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
 enum {
     HWT_TO_INIT = 0,       /* pending */
-    HWT_TO_CANCELLED = 1,  /* cancelled by hwt_timeout_cancel, a stop, or rejected */
+    HWT_TO_CANCELLED = 1,  /* cancelled by hwt_timeout_cancel or by a stop */
     HWT_TO_EXPIRED = 2,    /* taken by the worker to run */
     HWT_TO_LIFE = 3,       /* mask of the lifecycle value */
-    HWT_TO_BY_STOP = 4,    /* with CANCELLED: handed back or dropped by a stop */
     HWT_TO_EXEC_ARMED = 8, /* with EXPIRED: handed to the executor, not yet run */
     HWT_TO_PAIR = 16       /* set at creation: the task is an interned pair */
 };

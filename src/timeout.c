@@ -5,7 +5,7 @@
  * worker and with each other. A timeout's fate is decided by one CAS on its
  * state (hwt__timeout_leave_init), from HWT_TO_INIT to exactly one of:
  * EXPIRED (the worker) or CANCELLED (hwt_timeout_cancel, or the final drain
- * of a stop, with BY_STOP). Whoever wins counts the pending total down,
+ * of a stop). Whoever wins counts the pending total down,
  * exactly once. A schedule racing a stop is settled before the drain: the
  * stop waits for every hwt_new_timeout that saw the timer running (the
  * stripes' started/scheduled/failed counts).

@@ -228,7 +228,7 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
     uint32_t state;
-    if (!hwt__timeout_leave_init(t, HWT_TO_CANCELLED | HWT_TO_BY_STOP, &state)) {
+    if (!hwt__timeout_leave_init(t, HWT_TO_CANCELLED, &state)) {
         let_go_cancelled(timer, t);
         return;
     }
