@@ -13,7 +13,6 @@ typedef enum {
     HWT_SITE_TIMER,        /* the hwt_timer itself */
     HWT_SITE_WHEEL,        /* bucket arrays and occupancy bitmaps */
     HWT_SITE_TIMEOUT_POOL, /* a chunk of timeouts */
-    HWT_SITE_ENTRY_POOL,   /* a chunk of queue entries */
     HWT_SITE_STOP_LIST,    /* the array handed back by hwt_stop */
     HWT_SITE_TASKS,        /* a block of interned (run, cancelled) pairs */
     HWT_SITE_COUNT

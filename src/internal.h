@@ -65,8 +65,9 @@ struct hwt__link {
 
 struct hwt_timeout {
     union {
-        struct hwt__link link;    /* wheel bucket (worker); stop's hand-back list */
-        struct hwt__mag_head mag; /* while free: heads a magazine (pool.c) */
+        struct hwt__link link;       /* wheel bucket (worker); stop's hand-back list */
+        ck_stack_entry_t queue_link; /* while queued: its stripe's new-timeout stack */
+        struct hwt__mag_head mag;    /* while free: heads a magazine (pool.c) */
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
     union {
@@ -93,11 +94,11 @@ struct hwt__stopset {
 
 #define HWT_STRIPES 8
 
-/* One stripe: a new-timeout queue (a ck_fifo, many producers, the worker
- * consumes), a cancel stack, and counters. A thread always uses the same
- * stripe, so its timeouts keep their order. */
+/* One stripe: a new-timeout stack (intrusive, many producers, the worker
+ * takes it whole; see mpsc.h), a cancel stack, and counters. A thread always
+ * uses the same stripe, so its timeouts keep their order. */
 struct hwt__stripe {
-    _Alignas(64) ck_fifo_mpmc_t queue;
+    _Alignas(64) ck_stack_t queue;
     _Alignas(64) ck_stack_t cancels;
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
     _Atomic uint64_t scheduled; /* ...that succeeded (their timeout is queued) */
@@ -145,6 +146,9 @@ struct hwt_timer {
     _Alignas(64) struct hwt__wheel wheel;
     size_t awaiting_cancel;          /* let go of, cancellation not processed yet */
     unsigned next_stripe;            /* the stripe transfer starts with */
+    /* Per stripe, what the worker took from the stack but has not moved yet
+     * (the transfer budget ran out), oldest first, linked by queue_link. */
+    ck_stack_entry_t *taken[HWT_STRIPES];
     struct hwt__stopset stopped_set; /* what the final drain took */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
@@ -245,6 +249,11 @@ void hwt__run_cancelled_callback(hwt_timeout *timeout);
 static inline hwt_timeout *hwt__timeout_of_link(struct hwt__link *link)
 {
     return (hwt_timeout *)((char *)link - offsetof(hwt_timeout, link));
+}
+
+static inline hwt_timeout *hwt__timeout_of_queue_link(ck_stack_entry_t *entry)
+{
+    return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, queue_link));
 }
 
 static inline hwt_timeout *hwt__timeout_of_stack(ck_stack_entry_t *entry)

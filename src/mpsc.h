@@ -2,37 +2,34 @@
  * mpsc.h - the lock-free queues, all from ConcurrencyKit, and the sanitizer
  * annotations they need (kept here, and only here).
  *
- *   new-timeout queue  ck_fifo_mpmc, many producers, one consumer (the worker,
- *                      or the destroying thread once the worker has ended).
- *   cancel stack       ck_stack: cancellers push (upmc), the worker takes the
- *                      whole stack at once (batch pop) - no ABA, no allocation.
+ *   new-timeout queue  ck_stack, intrusive (the timeout's queue_link):
+ *                      producers push (upmc: one CAS), the worker takes the
+ *                      whole stack at once (batch pop: one exchange) and
+ *                      reverses it, which restores each producer's order.
+ *   cancel stack       the same, through the timeout's stack_link.
  *   pools              ck_stack: anyone pushes, producers pop (mpmc, with a
  *                      generation counter against ABA; memory is type-stable).
  *
- * Entry lifetime (see notes/ck-and-cmocka.md): ck_fifo_mpmc_dequeue returns the
- * node *after* the stub and hands back the previous stub as garbage, and a
- * producer may still touch that garbage through a stale tail. So an entry is
- * never embedded in the timeout it carries, is never freed while producers may
- * run, and is only ever reused as a fifo entry (the timer's entry pool). Only
- * the blocking ck_fifo_mpmc_enqueue is used on recycled entries.
+ * Why not ck_fifo_mpmc for new timeouts (it was, up to 1.0): its dequeue
+ * hands back the *previous* node as garbage and a producer may still touch
+ * that through a stale tail, so a fifo entry can't live inside the timeout
+ * it carries (notes/ck-and-cmocka.md): every schedule paid for an entry from
+ * a pool and two double-width CAS, and every transfer for one more. A upmc
+ * push only writes its own node and the stack head, and the worker never
+ * pops single nodes, so the node can be embedded and there is no ABA.
  *
  * ThreadSanitizer cannot see ck's inline-asm atomics. We tell it about the
- * happens-before edges the queues provide: release on the queue's address
- * before publishing, acquire after taking. The plain stores ck makes into a
- * recycled entry (and the plain `next` reads of ck_stack_pop_mpmc through a
- * stale head) are ignored; tests/tsan.supp covers what remains in ck_fifo.h.
+ * happens-before edges the stacks provide: release on the stack's address
+ * before publishing, acquire after taking. The plain `next` reads of
+ * ck_stack_pop_mpmc through a stale head are ignored.
  */
 #ifndef HWT_MPSC_H
 #define HWT_MPSC_H
 
-#include <ck_fifo.h>
 #include <ck_stack.h>
 #include <stdbool.h>
 #include <stddef.h>
 
-#ifndef CK_F_FIFO_MPMC
-#error "libhwtimer needs ck_fifo_mpmc (a double-width CAS: x86_64 cmpxchg16b or arm64)"
-#endif
 #ifndef CK_F_STACK_POP_MPMC
 #error "libhwtimer needs ck_stack_pop_mpmc (a double-width CAS)"
 #endif
@@ -78,49 +75,6 @@ struct hwt__mag_head {
     size_t count;
 };
 
-/* A fifo entry, from the timer's entry pool. The pool's links are separate
- * from the fifo fields because a producer may still touch those through a
- * stale tail. */
-struct hwt__qentry {
-    ck_fifo_mpmc_entry_t fifo;
-    ck_stack_entry_t pool_link; /* the next free one in a magazine */
-    struct hwt__mag_head mag;
-};
-
-/* ---- fifo: any thread enqueues; one consumer at a time dequeues. */
-
-static inline void hwt__fifo_init(ck_fifo_mpmc_t *fifo, struct hwt__qentry *stub)
-{
-    ck_fifo_mpmc_init(fifo, &stub->fifo);
-}
-
-static inline void hwt__fifo_push(ck_fifo_mpmc_t *fifo, struct hwt__qentry *entry, void *value)
-{
-    HWT_TSAN_RELEASE(fifo);
-    HWT_TSAN_IGNORE_BEGIN();
-    ck_fifo_mpmc_enqueue(fifo, &entry->fifo, value);
-    HWT_TSAN_IGNORE_END();
-}
-
-/* Returns the oldest value or NULL; *garbage gets the entry now free for reuse. */
-static inline void *hwt__fifo_pop(ck_fifo_mpmc_t *fifo, struct hwt__qentry **garbage)
-{
-    void *value;
-    ck_fifo_mpmc_entry_t *old;
-    if (!ck_fifo_mpmc_dequeue(fifo, &value, &old))
-        return NULL;
-    HWT_TSAN_ACQUIRE(fifo);
-    *garbage = (struct hwt__qentry *)((char *)old - offsetof(struct hwt__qentry, fifo));
-    return value;
-}
-
-/* Consumer only: true if nothing is queued (the stub has no successor). */
-static inline bool hwt__fifo_is_empty(ck_fifo_mpmc_t *fifo)
-{
-    ck_fifo_mpmc_entry_t *head = ck_pr_load_ptr(&fifo->head.pointer);
-    return ck_pr_load_ptr(&head->next.pointer) == NULL;
-}
-
 /* ---- stacks */
 
 /* Any thread. */
@@ -150,6 +104,19 @@ static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
     if (all != NULL)
         HWT_TSAN_ACQUIRE(stack);
     return all;
+}
+
+/* Reverses a list taken with hwt__stack_take_all: oldest first. */
+static inline ck_stack_entry_t *hwt__stack_reverse(ck_stack_entry_t *newest_first)
+{
+    ck_stack_entry_t *oldest_first = NULL;
+    while (newest_first != NULL) {
+        ck_stack_entry_t *next = newest_first->next;
+        newest_first->next = oldest_first;
+        oldest_first = newest_first;
+        newest_first = next;
+    }
+    return oldest_first;
 }
 
 static inline bool hwt__stack_is_empty(ck_stack_t *stack)

@@ -1,5 +1,5 @@
 /*
- * pool.c - the timeout and queue-entry pools (see pool.h). Any thread.
+ * pool.c - the timeout pool (see pool.h). Any thread.
  *
  * Magazines (Bonwick's slab allocator): free objects travel in chains of up
  * to MAG_SIZE, linked through the object's own free-list field. Each thread
@@ -9,8 +9,8 @@
  * ck_stack (mpmc pop with a generation counter: the memory is type-stable).
  *
  * The timer's reference count holds one reference per object outside the
- * depot (cached or in use), minus the queues' stub entries, which the timer
- * owns; so its memory outlives every cached or used object. A cache is bound
+ * depot (cached or in use), so its memory outlives every cached or used
+ * object. A cache is bound
  * by allocating (and by the worker, to its own timer, at start); a thread
  * gives it back when it allocates from another timer, when it exits (a
  * pthread key destructor), or when it destroys the timer. Freeing never
@@ -25,23 +25,8 @@
 #define MAG_SIZE 64
 #define CHUNK_HEADER 64
 #define TIMEOUTS_PER_CHUNK ((HWT_TIMEOUT_CHUNK_BYTES - CHUNK_HEADER) / sizeof(hwt_timeout))
-#define ENTRIES_PER_CHUNK 127
 
 _Static_assert(sizeof(struct hwt__timeout_chunk) <= CHUNK_HEADER, "chunk header fits");
-
-struct entry_chunk {
-    _Alignas(16) ck_stack_entry_t chunk_link;
-    struct hwt__qentry entries[ENTRIES_PER_CHUNK];
-};
-
-/* Where each class keeps its free-list link and its magazine head. */
-static const struct {
-    size_t node_off, head_off;
-} layout[HWT_POOL_CLASSES] = {
-    [HWT_POOL_TIMEOUTS] = {offsetof(hwt_timeout, stack_link), offsetof(hwt_timeout, mag)},
-    [HWT_POOL_ENTRIES] = {offsetof(struct hwt__qentry, pool_link),
-                          offsetof(struct hwt__qentry, mag)},
-};
 
 struct mag {
     ck_stack_entry_t *first; /* free-list nodes, linked by ->next */
@@ -50,45 +35,44 @@ struct mag {
 
 struct thread_cache {
     hwt_timer *timer;
-    struct mag loaded[HWT_POOL_CLASSES], spare[HWT_POOL_CLASSES];
+    struct mag loaded, spare;
 };
 
 static HWT_THREAD_LOCAL struct thread_cache cache;
 static pthread_key_t cache_key;
 static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 
-static void *object_of(int cls, ck_stack_entry_t *node)
+/* A free timeout links into its magazine through stack_link; the first one
+ * of a magazine also heads it (mag, in the link union). */
+static hwt_timeout *object_of(ck_stack_entry_t *node)
 {
-    return (char *)node - layout[cls].node_off;
+    return hwt__timeout_of_stack(node);
 }
 
-static struct hwt__mag_head *head_of(int cls, ck_stack_entry_t *node)
+static ck_stack_entry_t *node_of_head(ck_stack_entry_t *depot_link)
 {
-    return (struct hwt__mag_head *)((char *)node - layout[cls].node_off + layout[cls].head_off);
-}
-
-static ck_stack_entry_t *node_of_head(int cls, ck_stack_entry_t *depot_link)
-{
-    char *head = (char *)depot_link - offsetof(struct hwt__mag_head, depot_link);
-    return (ck_stack_entry_t *)(head - layout[cls].head_off + layout[cls].node_off);
+    struct hwt__mag_head *head =
+        (struct hwt__mag_head *)((char *)depot_link - offsetof(struct hwt__mag_head, depot_link));
+    hwt_timeout *t = (hwt_timeout *)((char *)head - offsetof(hwt_timeout, mag));
+    return &t->stack_link;
 }
 
 /* ---------------------------------------------------------------- depot */
 
-static void depot_push(hwt_timer *timer, int cls, struct mag m)
+static void depot_push(hwt_timer *timer, struct mag m)
 {
-    struct hwt__mag_head *head = head_of(cls, m.first);
+    struct hwt__mag_head *head = &object_of(m.first)->mag;
     head->count = m.count;
-    hwt__stack_push(&timer->pool.depot[cls], &head->depot_link);
+    hwt__stack_push(&timer->pool.depot, &head->depot_link);
 }
 
-static struct mag depot_pop(hwt_timer *timer, int cls)
+static struct mag depot_pop(hwt_timer *timer)
 {
     struct mag m = {NULL, 0};
-    ck_stack_entry_t *link = hwt__stack_pop(&timer->pool.depot[cls]);
+    ck_stack_entry_t *link = hwt__stack_pop(&timer->pool.depot);
     if (link != NULL) {
-        m.first = node_of_head(cls, link);
-        m.count = head_of(cls, m.first)->count;
+        m.first = node_of_head(link);
+        m.count = object_of(m.first)->mag.count;
         atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
     }
     return m;
@@ -96,14 +80,13 @@ static struct mag depot_pop(hwt_timer *timer, int cls)
 
 /* ---------------------------------------------------------------- chunks */
 
-/* Chains n objects spaced `stride` bytes apart, starting at `first`. */
-static struct mag chain(int cls, char *first, size_t stride, size_t n)
+/* Chains the n timeouts of an array. */
+static struct mag chain(hwt_timeout *first, size_t n)
 {
     struct mag m = {NULL, n};
     for (size_t i = n; i-- > 0;) {
-        ck_stack_entry_t *node = (ck_stack_entry_t *)(first + i * stride + layout[cls].node_off);
-        node->next = m.first;
-        m.first = node;
+        first[i].stack_link.next = m.first;
+        m.first = &first[i].stack_link;
     }
     return m;
 }
@@ -117,7 +100,6 @@ static struct mag chain(int cls, char *first, size_t stride, size_t n)
 
 static struct mag grow_timeouts(hwt_timer *timer)
 {
-    const int cls = HWT_POOL_TIMEOUTS;
     struct mag first = {NULL, 0};
     size_t bytes = atomic_load_explicit(&timer->pool.next_region_bytes, memory_order_relaxed);
     if (bytes == 0)
@@ -134,29 +116,15 @@ static struct mag grow_timeouts(hwt_timer *timer)
     for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
         struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)(region + off);
         chunk->timer = timer;
-        struct mag m =
-            chain(cls, (char *)chunk + CHUNK_HEADER, sizeof(hwt_timeout), TIMEOUTS_PER_CHUNK);
+        struct mag m = chain((hwt_timeout *)((char *)chunk + CHUNK_HEADER), TIMEOUTS_PER_CHUNK);
         if (off == 0)
             first = m;
         else
-            depot_push(timer, cls, m);
+            depot_push(timer, m);
     }
-    hwt__stack_push(&timer->pool.chunks[cls], &head->region_link);
+    hwt__stack_push(&timer->pool.regions, &head->region_link);
     atomic_fetch_add_explicit(&timer->refs, first.count, memory_order_relaxed);
     return first;
-}
-
-static struct mag grow_entries(hwt_timer *timer)
-{
-    const int cls = HWT_POOL_ENTRIES;
-    struct mag m = {NULL, 0};
-    struct entry_chunk *chunk = hwt__aligned_alloc(HWT_SITE_ENTRY_POOL, 64, sizeof *chunk);
-    if (chunk == NULL)
-        return m;
-    hwt__stack_push(&timer->pool.chunks[cls], &chunk->chunk_link);
-    m = chain(cls, (char *)chunk->entries, sizeof(struct hwt__qentry), ENTRIES_PER_CHUNK);
-    atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
-    return m;
 }
 
 void hwt__pool_init(struct hwt__pool *pool)
@@ -166,19 +134,13 @@ void hwt__pool_init(struct hwt__pool *pool)
 
 void hwt__pool_destroy(struct hwt__pool *pool)
 {
-    ck_stack_entry_t *e = hwt__stack_take_all(&pool->chunks[HWT_POOL_TIMEOUTS]);
+    ck_stack_entry_t *e = hwt__stack_take_all(&pool->regions);
     while (e != NULL) {
         ck_stack_entry_t *next = e->next;
         struct hwt__timeout_chunk *head =
             (struct hwt__timeout_chunk *)((char *)e -
                                           offsetof(struct hwt__timeout_chunk, region_link));
         hwt__unmap(head, head->region_bytes);
-        e = next;
-    }
-    e = hwt__stack_take_all(&pool->chunks[HWT_POOL_ENTRIES]);
-    while (e != NULL) {
-        ck_stack_entry_t *next = e->next;
-        hwt__free((char *)e - offsetof(struct entry_chunk, chunk_link));
         e = next;
     }
 }
@@ -192,16 +154,14 @@ static void flush(struct thread_cache *c)
     if (timer == NULL)
         return;
     size_t returned = 0;
-    for (int cls = 0; cls < HWT_POOL_CLASSES; cls++) {
-        struct mag *mags[2] = {&c->loaded[cls], &c->spare[cls]};
-        for (int i = 0; i < 2; i++) {
-            if (mags[i]->count > 0) {
-                depot_push(timer, cls, *mags[i]);
-                returned += mags[i]->count;
-            }
-            mags[i]->first = NULL;
-            mags[i]->count = 0;
+    struct mag *mags[2] = {&c->loaded, &c->spare};
+    for (int i = 0; i < 2; i++) {
+        if (mags[i]->count > 0) {
+            depot_push(timer, *mags[i]);
+            returned += mags[i]->count;
         }
+        mags[i]->first = NULL;
+        mags[i]->count = 0;
     }
     c->timer = NULL;
     if (returned > 0)
@@ -244,25 +204,19 @@ void hwt__pool_bind_thread(hwt_timer *timer)
     bind(timer);
 }
 
-void hwt__pool_abandon_thread(hwt_timer *timer)
-{
-    if (cache.timer == timer)
-        memset(&cache, 0, sizeof cache);
-}
-
-static void *alloc(hwt_timer *timer, int cls)
+hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
 {
     struct thread_cache *c = bind(timer);
-    struct mag *m = &c->loaded[cls];
+    struct mag *m = &c->loaded;
     if (m->count == 0) {
-        if (c->spare[cls].count > 0) {
-            *m = c->spare[cls];
-            c->spare[cls].first = NULL;
-            c->spare[cls].count = 0;
+        if (c->spare.count > 0) {
+            *m = c->spare;
+            c->spare.first = NULL;
+            c->spare.count = 0;
         } else {
-            *m = depot_pop(timer, cls);
+            *m = depot_pop(timer);
             if (m->count == 0)
-                *m = cls == HWT_POOL_TIMEOUTS ? grow_timeouts(timer) : grow_entries(timer);
+                *m = grow_timeouts(timer);
             if (m->count == 0)
                 return NULL;
         }
@@ -270,57 +224,36 @@ static void *alloc(hwt_timer *timer, int cls)
     ck_stack_entry_t *node = m->first;
     m->first = node->next;
     m->count--;
-    return object_of(cls, node);
+    hwt_timeout *t = object_of(node);
+    memset(t, 0, sizeof *t);
+    return t;
 }
 
-static void release(hwt_timer *timer, int cls, void *object)
+void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
 {
-    ck_stack_entry_t *node = (ck_stack_entry_t *)((char *)object + layout[cls].node_off);
+    ck_stack_entry_t *node = &timeout->stack_link;
     struct thread_cache *c = &cache;
     if (c->timer != timer) {
         /* Only allocating binds a cache (and the worker, for its own timer):
          * binding here could pin a destroyed timer's memory to a thread that
          * merely released its last handle. Straight back to the depot. */
         node->next = NULL;
-        depot_push(timer, cls, (struct mag){node, 1});
+        depot_push(timer, (struct mag){node, 1});
         hwt__timer_unref_n(timer, 1);
         return;
     }
-    struct mag *m = &c->loaded[cls];
+    struct mag *m = &c->loaded;
     if (m->count >= MAG_SIZE) {
-        struct mag full = c->spare[cls];
-        c->spare[cls] = *m;
+        struct mag full = c->spare;
+        c->spare = *m;
         m->first = NULL;
         m->count = 0;
         if (full.count > 0) {
-            depot_push(timer, cls, full);
-            hwt__timer_unref_n(timer, full.count); /* never the last: `object` is ours */
+            depot_push(timer, full);
+            hwt__timer_unref_n(timer, full.count); /* never the last: `timeout` is ours */
         }
     }
     node->next = m->first;
     m->first = node;
     m->count++;
-}
-
-hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
-{
-    hwt_timeout *t = alloc(timer, HWT_POOL_TIMEOUTS);
-    if (t != NULL)
-        memset(t, 0, sizeof *t);
-    return t;
-}
-
-void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
-{
-    release(timer, HWT_POOL_TIMEOUTS, timeout);
-}
-
-struct hwt__qentry *hwt__entry_alloc(hwt_timer *timer)
-{
-    return alloc(timer, HWT_POOL_ENTRIES);
-}
-
-void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry)
-{
-    release(timer, HWT_POOL_ENTRIES, entry);
 }

@@ -1,7 +1,7 @@
 /*
- * pool.h - per-timer pools of timeouts and of queue entries, with per-thread
- * caches, so that scheduling neither calls malloc nor touches a shared cache
- * line per timeout.
+ * pool.h - a per-timer pool of timeouts, with per-thread caches, so that
+ * scheduling neither calls malloc nor touches a shared cache line per
+ * timeout.
  *
  * Memory is type-stable: chunks are allocated on demand and only freed with
  * the timer's memory (after the last timeout reference is gone). Timeouts
@@ -16,16 +16,12 @@
 
 #include "hwtimer.h"
 
-struct hwt__qentry;
-
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
 
-enum { HWT_POOL_TIMEOUTS, HWT_POOL_ENTRIES, HWT_POOL_CLASSES };
-
 struct hwt__pool {
-    _Alignas(16) ck_stack_t depot[HWT_POOL_CLASSES];  /* full magazines */
-    _Alignas(16) ck_stack_t chunks[HWT_POOL_CLASSES]; /* every region/chunk, for the final free */
-    _Atomic size_t next_region_bytes;                 /* timeout regions grow geometrically */
+    _Alignas(16) ck_stack_t depot;   /* full magazines */
+    _Alignas(16) ck_stack_t regions; /* every region, for the final free */
+    _Atomic size_t next_region_bytes; /* regions grow geometrically */
 };
 
 /* Header of a timeout chunk, at its aligned start. Chunks come in regions
@@ -50,10 +46,6 @@ void hwt__pool_destroy(struct hwt__pool *pool);
 hwt_timeout *hwt__timeout_alloc(hwt_timer *timer);
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 
-/* A queue entry, or NULL when memory is exhausted. */
-struct hwt__qentry *hwt__entry_alloc(hwt_timer *timer);
-void hwt__entry_free(hwt_timer *timer, struct hwt__qentry *entry);
-
 /* Gives back what the calling thread caches for `timer` (before the creator's
  * reference is dropped, so the timer can be freed without waiting for it). */
 void hwt__pool_forget_thread(hwt_timer *timer);
@@ -61,9 +53,5 @@ void hwt__pool_forget_thread(hwt_timer *timer);
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
  * frees are then cached, and given back when it exits). */
 void hwt__pool_bind_thread(hwt_timer *timer);
-
-/* Drops the calling thread's cache for `timer` without giving it back: only
- * when the timer's memory is being freed at once (a failed create). */
-void hwt__pool_abandon_thread(hwt_timer *timer);
 
 #endif

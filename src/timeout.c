@@ -107,10 +107,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         return fail(stripe, HWT_ENOMEM);
     }
     hwt_timeout *t = hwt__timeout_alloc(timer);
-    struct hwt__qentry *entry = t != NULL ? hwt__entry_alloc(timer) : NULL;
-    if (entry == NULL) {
-        if (t != NULL)
-            hwt__timeout_free(timer, t);
+    if (t == NULL) {
         hwt__pending_sub(timer, 1);
         return fail(stripe, HWT_ENOMEM);
     }
@@ -134,7 +131,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     if (out != NULL)
         *out = t;
 
-    hwt__fifo_push(&stripe->queue, entry, t);
+    hwt__stack_push(&stripe->queue, &t->queue_link);
     atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_release);
     maybe_wake_for(timer, deadline);
     return 0;

@@ -98,21 +98,6 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
 
 /* ---------------------------------------------------------------- create */
 
-/* Gives each stripe's fifo its stub entry: 0 or HWT_ENOMEM. */
-static int init_queues(hwt_timer *timer)
-{
-    for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        struct hwt__qentry *stub = hwt__entry_alloc(timer);
-        if (stub == NULL)
-            return HWT_ENOMEM;
-        hwt__fifo_init(&timer->stripes[i].queue, stub);
-    }
-    /* A queue always holds one stub entry: the timer owns those, so they
-     * do not keep its memory alive (see pool.c). */
-    atomic_fetch_sub(&timer->refs, HWT_STRIPES);
-    return 0;
-}
-
 int hwt_timer_create(hwt_timer **out, const hwt_options *options)
 {
     hwt_options defaults;
@@ -155,10 +140,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->wake_before, INT64_MIN);
     hwt__pool_init(&timer->pool);
 
-    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0 || init_queues(timer) != 0) {
-        hwt__pool_abandon_thread(timer);
-        hwt__wheel_free(&timer->wheel);
-        hwt__pool_destroy(&timer->pool);
+    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0) {
         hwt__free(timer);
         return HWT_ENOMEM;
     }

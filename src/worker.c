@@ -51,15 +51,9 @@ static size_t process_cancels(hwt_timer *timer)
 {
     size_t n = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        ck_stack_entry_t *e = hwt__stack_take_all(&timer->stripes[i].cancels);
-        ck_stack_entry_t *oldest_first = NULL;
+        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(&timer->stripes[i].cancels));
         while (e != NULL) {
-            ck_stack_entry_t *next = e->next;
-            e->next = oldest_first;
-            oldest_first = e;
-            e = next;
-        }
-        for (e = oldest_first; e != NULL; n++) {
+            n++;
             ck_stack_entry_t *next = e->next;
             hwt_timeout *t = hwt__timeout_of_stack(e);
             t->wflags |= HWT_W_CANCEL_DONE;
@@ -93,7 +87,7 @@ static bool cancels_waiting(hwt_timer *timer)
 static bool timeouts_waiting(hwt_timer *timer)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        if (!hwt__fifo_is_empty(&timer->stripes[i].queue))
+        if (timer->taken[i] != NULL || !hwt__stack_is_empty(&timer->stripes[i].queue))
             return true;
     return false;
 }
@@ -107,14 +101,19 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
                           memory_order_relaxed);
 }
 
-/* The oldest new timeout of one stripe, or NULL; its queue entry is recycled. */
-static hwt_timeout *take_queued(hwt_timer *timer, ck_fifo_mpmc_t *queue)
+/* The oldest new timeout of stripe i, or NULL. Takes the stripe's whole
+ * stack when what was taken before has been moved. */
+static hwt_timeout *take_queued(hwt_timer *timer, unsigned i)
 {
-    struct hwt__qentry *garbage;
-    hwt_timeout *t = hwt__fifo_pop(queue, &garbage);
-    if (t != NULL)
-        hwt__entry_free(timer, garbage);
-    return t;
+    ck_stack_entry_t *e = timer->taken[i];
+    if (e == NULL) {
+        e = hwt__stack_take_all(&timer->stripes[i].queue);
+        if (e == NULL)
+            return NULL;
+        e = hwt__stack_reverse(e);
+    }
+    timer->taken[i] = e->next;
+    return hwt__timeout_of_queue_link(e);
 }
 
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
@@ -122,10 +121,10 @@ static hwt_timeout *take_queued(hwt_timer *timer, ck_fifo_mpmc_t *queue)
 static uint32_t transfer(hwt_timer *timer, uint32_t budget)
 {
     uint32_t n = 0;
-    for (unsigned i = 0; i < HWT_STRIPES && n < budget; i++) {
-        ck_fifo_mpmc_t *queue = &timer->stripes[(timer->next_stripe + i) % HWT_STRIPES].queue;
+    for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
+        unsigned i = (timer->next_stripe + k) % HWT_STRIPES;
         while (n < budget) {
-            hwt_timeout *t = take_queued(timer, queue);
+            hwt_timeout *t = take_queued(timer, i);
             if (t == NULL)
                 break;
             n++;
@@ -258,7 +257,7 @@ static void final_drain(hwt_timer *timer)
     hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
     hwt_timeout *t;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        while ((t = take_queued(timer, &timer->stripes[i].queue)) != NULL)
+        while ((t = take_queued(timer, i)) != NULL)
             take_for_stop(timer, t);
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */

@@ -46,7 +46,6 @@ static const char *const site_names[HWT_SITE_COUNT] = {
     [HWT_SITE_TIMER] = "TIMER",
     [HWT_SITE_WHEEL] = "WHEEL",
     [HWT_SITE_TIMEOUT_POOL] = "TIMEOUT_POOL",
-    [HWT_SITE_ENTRY_POOL] = "ENTRY_POOL",
     [HWT_SITE_STOP_LIST] = "STOP_LIST",
     [HWT_SITE_TASKS] = "TASKS",
 };
@@ -106,7 +105,7 @@ static int fault_hook(hwt__alloc_site site)
     case HOOK_ALWAYS: fail = (int)site == atomic_load(&hook_site); break;
     case HOOK_RANDOM: /* the 2nd call always fails, so any run that grows a pool twice
                          meets at least one failure */
-        fail = (site == HWT_SITE_TIMEOUT_POOL || site == HWT_SITE_ENTRY_POOL) &&
+        fail = site == HWT_SITE_TIMEOUT_POOL &&
                (n == 2 || (int)(mix64((uint64_t)n * 31 + site) % 100) < atomic_load(&hook_pct));
         break;
     }
@@ -332,7 +331,6 @@ static void test_create_fails_at_every_site(void **state)
     /* every site of the create was reached */
     assert_true(covered_create[HWT_SITE_TIMER] >= 1);
     assert_true(covered_create[HWT_SITE_WHEEL] >= 1);
-    assert_true(covered_create[HWT_SITE_ENTRY_POOL] >= 1);
 }
 
 /* Failed creates are not live timers: 100 of them, then 64 real ones, log no
@@ -470,7 +468,6 @@ static void test_schedule_fails_at_every_site(void **state)
     }
     print_message("\n");
     assert_true(covered_schedule[HWT_SITE_TIMEOUT_POOL] >= 1);
-    assert_true(covered_schedule[HWT_SITE_ENTRY_POOL] >= 1);
     assert_true(covered_schedule[HWT_SITE_TASKS] >= 1);
 }
 
@@ -504,8 +501,8 @@ static void scheduling_task(hwt_timeout *timeout, void *arg)
 static void test_schedule_fails_in_task(void **state)
 {
     (void)state;
-    static const int sites[] = {HWT_SITE_TIMEOUT_POOL, HWT_SITE_ENTRY_POOL, HWT_SITE_TASKS};
-    for (size_t si = 0; si < 3; si++) {
+    static const int sites[] = {HWT_SITE_TIMEOUT_POOL, HWT_SITE_TASKS};
+    for (size_t si = 0; si < sizeof sites / sizeof sites[0]; si++) {
         int site = sites[si];
         task_with_cb = site == HWT_SITE_TASKS; /* a (run, cancelled) pair new to the timer */
         memset(&task_child, 0, sizeof task_child);
@@ -682,8 +679,7 @@ static void test_random_pool_failures_concurrent(void **state)
     for (int p = 0; p < RF_THREADS; p++)
         pthread_join(th[p], NULL);
     disarm();
-    long injected = atomic_load(&site_injected[HWT_SITE_TIMEOUT_POOL]) +
-                    atomic_load(&site_injected[HWT_SITE_ENTRY_POOL]);
+    long injected = atomic_load(&site_injected[HWT_SITE_TIMEOUT_POOL]);
     int ok = 0, enomem = 0, other = 0;
     for (int i = 0; i < RF_THREADS * RF_PER; i++) {
         int rc = atomic_load(&rf_rc[i]);
