@@ -106,6 +106,16 @@ static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
     return all;
 }
 
+/* The newest entry, leaving the stack as it is (for stacks that are only
+ * ever pushed to, whose entries are then immutable). */
+static inline ck_stack_entry_t *hwt__stack_peek(ck_stack_t *stack)
+{
+    ck_stack_entry_t *head = ck_pr_load_ptr(&stack->head);
+    if (head != NULL)
+        HWT_TSAN_ACQUIRE(stack);
+    return head;
+}
+
 /* Reverses a list taken with hwt__stack_take_all: oldest first. */
 static inline ck_stack_entry_t *hwt__stack_reverse(ck_stack_entry_t *newest_first)
 {

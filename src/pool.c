@@ -132,16 +132,42 @@ void hwt__pool_init(struct hwt__pool *pool)
     memset(pool, 0, sizeof *pool);
 }
 
+static struct hwt__timeout_chunk *region_of(ck_stack_entry_t *region_link)
+{
+    return (struct hwt__timeout_chunk *)((char *)region_link -
+                                         offsetof(struct hwt__timeout_chunk, region_link));
+}
+
 void hwt__pool_destroy(struct hwt__pool *pool)
 {
     ck_stack_entry_t *e = hwt__stack_take_all(&pool->regions);
     while (e != NULL) {
         ck_stack_entry_t *next = e->next;
-        struct hwt__timeout_chunk *head =
-            (struct hwt__timeout_chunk *)((char *)e -
-                                          offsetof(struct hwt__timeout_chunk, region_link));
+        struct hwt__timeout_chunk *head = region_of(e);
         hwt__unmap(head, head->region_bytes);
         e = next;
+    }
+}
+
+size_t hwt__pool_capacity(struct hwt__pool *pool)
+{
+    size_t n = 0;
+    for (ck_stack_entry_t *e = hwt__stack_peek(&pool->regions); e != NULL; e = e->next)
+        n += region_of(e)->region_bytes / HWT_TIMEOUT_CHUNK_BYTES * TIMEOUTS_PER_CHUNK;
+    return n;
+}
+
+void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
+                        void *ctx)
+{
+    for (ck_stack_entry_t *e = hwt__stack_peek(&pool->regions); e != NULL; e = e->next) {
+        char *region = (char *)region_of(e);
+        size_t bytes = region_of(e)->region_bytes;
+        for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
+            hwt_timeout *t = (hwt_timeout *)(region + off + CHUNK_HEADER);
+            for (size_t i = 0; i < TIMEOUTS_PER_CHUNK; i++)
+                fn(ctx, &t[i]);
+        }
     }
 }
 

@@ -46,6 +46,13 @@ void hwt__pool_destroy(struct hwt__pool *pool);
 hwt_timeout *hwt__timeout_alloc(hwt_timer *timer);
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 
+/* Scanning every timeout of a pool, in memory order (free ones too): for the
+ * final drain, when no thread can allocate from the pool any more. A free
+ * timeout has no worker flags (wflags) set. */
+size_t hwt__pool_capacity(struct hwt__pool *pool);
+void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
+                        void *ctx);
+
 /* Gives back what the calling thread caches for `timer` (before the creator's
  * reference is dropped, so the timer can be freed without waiting for it). */
 void hwt__pool_forget_thread(hwt_timer *timer);

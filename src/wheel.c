@@ -405,6 +405,8 @@ static void drain_bucket(struct hwt__wheel *wheel, struct hwt__bucket *b,
                          void (*fn)(void *ctx, hwt_timeout *timeout), void *ctx)
 {
     struct hwt__link *node = bucket_take(b);
+    if (fn == NULL) /* hwt__wheel_clear: each was forgotten already */
+        return;
     while (node != NULL) {
         struct hwt__link *next = node->next;
         hwt_timeout *t = hwt__timeout_of_link(node);
@@ -436,6 +438,18 @@ void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeou
             drain_bucket(wheel, &wheel->upper[level - 1][slot], fn, ctx);
         }
     }
+}
+
+void hwt__wheel_forget(struct hwt__wheel *wheel, hwt_timeout *t)
+{
+    t->link.next = t->link.prev = NULL;
+    t->wflags &= (uint8_t) ~(HWT_W_LINKED | HWT_W_LEVEL0);
+    wheel->count--;
+}
+
+void hwt__wheel_clear(struct hwt__wheel *wheel)
+{
+    hwt__wheel_drain(wheel, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ checker */

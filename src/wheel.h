@@ -74,6 +74,13 @@ void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last,
 void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeout *timeout),
                       void *ctx);
 
+/* A faster drain when most of the pool is in the wheel (a scan in memory
+ * order instead of walking the buckets' lists): hwt__wheel_forget each
+ * linked timeout (neighbours untouched, as they all go), then
+ * hwt__wheel_clear to empty the buckets. */
+void hwt__wheel_forget(struct hwt__wheel *wheel, hwt_timeout *t);
+void hwt__wheel_clear(struct hwt__wheel *wheel);
+
 /* Checks the wheel's invariants (for tests): true if they hold. */
 bool hwt__wheel_check(const struct hwt__wheel *wheel);
 

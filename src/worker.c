@@ -251,10 +251,36 @@ static void wait_for_producers(hwt_timer *timer)
     }
 }
 
+/* For each timeout of the pool (a scan in memory order): takes those the
+ * wheel holds. */
+static void take_if_in_wheel(void *ctx, hwt_timeout *t)
+{
+    hwt_timer *timer = ctx;
+    if (t->wflags & HWT_W_LINKED) {
+        hwt__wheel_forget(&timer->wheel, t);
+        take_for_stop(timer, t);
+    }
+}
+
+/* Takes every timeout of the wheel. Walking the buckets' lists costs a cache
+ * miss per timeout (a list's timeouts are scattered); when the wheel holds
+ * much of the pool, a scan of the pool in memory order is several times
+ * faster (`hwt-bench schedule`, 1M timeouts 10-70 s away: a stop takes
+ * ~110 ms walking, ~30 ms scanning). */
+static void drain_wheel(hwt_timer *timer)
+{
+    if (timer->wheel.count > hwt__pool_capacity(&timer->pool) / 8) {
+        hwt__pool_for_each(&timer->pool, take_if_in_wheel, timer);
+        hwt__wheel_clear(&timer->wheel);
+    } else {
+        hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
+    }
+}
+
 static void final_drain(hwt_timer *timer)
 {
     wait_for_producers(timer);
-    hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
+    drain_wheel(timer);
     hwt_timeout *t;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         while ((t = take_queued(timer, i)) != NULL)

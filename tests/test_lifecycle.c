@@ -579,6 +579,69 @@ static void test_stop_null_null_drops_pending(void **state)
     drop_pending(false);
 }
 
+/* The stop takes what the wheel holds in one of two ways (worker.c,
+ * drain_wheel): by walking the buckets when the wheel holds little of the
+ * timer's pool, or by scanning the pool when it holds much of it. Either
+ * way it hands back exactly the pending timeouts: not the cancelled ones,
+ * not the expired ones, none twice. `expired_first` timeouts run before, so
+ * the pool is big and the wheel nearly empty (the walk); without them the
+ * wheel holds most of the pool (the scan). */
+static void stop_hands_back_exactly_the_pending(int expired_first)
+{
+    enum { FAR = 3000 };
+    static counters c;
+    memset(&c, 0, sizeof c);
+    hwt_timer *t = named_timer("hwt-lc-drain", 1);
+    for (int i = 0; i < expired_first; i++)
+        assert_int_equal(hwt_new_timeout(t, cnt_run, &c, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&c.ran) == expired_first, 10000));
+
+    static hwt_timeout *far[FAR];
+    for (int i = 0; i < FAR; i++)
+        assert_int_equal(hwt_new_timeout(t, cnt_run, &c, FAR_HOURS, HWT_HOURS, &far[i]), 0);
+    for (int i = 0; i < FAR; i += 3)
+        assert_true(hwt_timeout_cancel(far[i]));
+    /* queued after the far ones by the same thread: once it ran, they are all
+     * in the wheel */
+    assert_int_equal(hwt_new_timeout(t, cnt_run, &c, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&c.ran) == expired_first + 1, 10000));
+
+    hwt_timeout **list = NULL;
+    size_t n = 0;
+    assert_int_equal(hwt_stop(t, &list, &n), 0);
+    assert_int_equal(n, FAR - (FAR + 2) / 3);
+    static char seen[FAR];
+    memset(seen, 0, sizeof seen);
+    for (size_t k = 0; k < n; k++) {
+        int i = 0;
+        while (i < FAR && far[i] != list[k])
+            i++;
+        assert_true(i < FAR);      /* one of ours */
+        assert_true(i % 3 != 0);   /* not a cancelled one */
+        assert_int_equal(seen[i], 0); /* not twice */
+        seen[i] = 1;
+        assert_true(hwt_timeout_is_cancelled(list[k]));
+    }
+    assert_int_equal(hwt_pending_timeouts(t), 0);
+    hwt_timeouts_release(list, n);
+    for (int i = 0; i < FAR; i++)
+        hwt_timeout_release(far[i]);
+    hwt_timer_destroy(t);
+    assert_int_equal(atomic_load(&c.ran), expired_first + 1);
+}
+
+static void test_stop_walks_a_sparse_wheel(void **state)
+{
+    (void)state;
+    stop_hands_back_exactly_the_pending(60000);
+}
+
+static void test_stop_scans_a_full_wheel(void **state)
+{
+    (void)state;
+    stop_hands_back_exactly_the_pending(0);
+}
+
 /* --------------------------------------------------------- the worker */
 
 static void check_worker_name(const char *given, const char *want)
@@ -709,6 +772,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_stops),
         cmocka_unit_test(test_destroy_drops_pending),
         cmocka_unit_test(test_stop_null_null_drops_pending),
+        cmocka_unit_test(test_stop_walks_a_sparse_wheel),
+        cmocka_unit_test(test_stop_scans_a_full_wheel),
         cmocka_unit_test(test_worker_name),
         cmocka_unit_test(test_worker_name_is_copied),
         cmocka_unit_test(test_worker_blocks_all_signals),
