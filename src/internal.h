@@ -237,13 +237,6 @@ static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)
 /* worker.c */
 void *hwt__worker_main(void *arg);
 
-/* sched_hint.c */
-/* The time slice the worker asks the fair scheduler for (Linux 6.12+). */
-#define HWT_WORKER_SLICE_NS (300 * UINT64_C(1000)) /* 300 us */
-/* Asks for that slice if the calling thread is SCHED_OTHER, keeping its nice
- * value; best effort (a failure is logged at HWT_LOG_DEBUG). Worker only. */
-void hwt__worker_sched_hint(hwt_timer *timer);
-
 /* timeout.c */
 void hwt__timeout_unref(hwt_timeout *timeout);
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout);

@@ -282,7 +282,6 @@ void *hwt__worker_main(void *arg)
     pthread_setname_np(pthread_self(), timer->thread_name);
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake on time, not 50 us late */
-    hwt__worker_sched_hint(timer); /* a short slice: preempt on wake-up (sched_hint.c) */
 
     pthread_mutex_lock(&timer->lifecycle_lock);
     timer->start_ns = hwt__now_ns();
