@@ -393,7 +393,11 @@ static void test_saturation_min_fires_promptly(void **state)
  * timeouts the worker could see (SPEC: "already moved into buckets"): i is
  * compared with j only if i was queued (hwt_new_timeout returned) before j's
  * deadline, since the worker's wake-up for j's tick transfers first. A test
- * thread preempted for longer than that is not a library fault. */
+ * thread preempted for longer than that is not a library fault.
+ * The library reads the clock somewhere inside the call, so a deadline is
+ * only known to lie in [sched_ns, queued_ns] + delay: i's latest possible
+ * deadline is compared with j's earliest (a test thread preempted inside
+ * the call otherwise looks like a misordering). */
 static void order_case(int64_t tick_ns, uint32_t wheel, int64_t step_ns, int n)
 {
     hwt_timer *timer = mk(tick_ns, HWT_NANOSECONDS, wheel, HWT_SLEEP_PRECISE);
@@ -405,7 +409,7 @@ static void order_case(int64_t tick_ns, uint32_t wheel, int64_t step_ns, int n)
     int wrong = 0;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < n; j++) {
-            int64_t di = g_p[i].sched_ns + g_p[i].delay_ns, dj = g_p[j].sched_ns + g_p[j].delay_ns;
+            int64_t di = g_p[i].queued_ns + g_p[i].delay_ns, dj = g_p[j].sched_ns + g_p[j].delay_ns;
             if (di + 2 * tick_ns <= dj && g_p[i].queued_ns < dj &&
                 atomic_load(&g_p[i].seq) > atomic_load(&g_p[j].seq)) {
                 if (!wrong)
@@ -497,9 +501,11 @@ static void test_order_same_delay_small_wheel(void **state)
 
 /* ---------------------------------------------------- sub-millisecond tick */
 
-static void test_sub_millisecond_tick(void **state)
+/* Median lateness of N timeouts 300 us - 1.7 ms away scheduled in a batch
+ * (*batch), and of N/2 scheduled one at a time, each waking an idle worker
+ * (*single), on a 100 us tick. */
+static void sub_millisecond_lateness(int64_t *batch, int64_t *single)
 {
-    (void)state;
     enum { N = 40 };
     const int64_t tick = 100 * US;
     hwt_timer *timer = mk(100, HWT_MICROSECONDS, 512, HWT_SLEEP_PRECISE);
@@ -509,24 +515,38 @@ static void test_sub_millisecond_tick(void **state)
     int64_t late[N];
     for (int i = 0; i < N; i++)
         late[i] = atomic_load(&g_p[i].run_ns) - g_p[i].sched_ns - g_p[i].delay_ns;
-    int64_t med = median(late, N);
+    *batch = median(late, N);
 
-    /* One at a time, each waking an idle worker. */
     int64_t late1[N / 2];
     for (int i = 0; i < N / 2; i++) {
         sched(timer, &g_p[100 + i], 500, HWT_MICROSECONDS, 500 * US);
         check_window(100 + i, 1, tick, SLACK_MS);
         late1[i] = atomic_load(&g_p[100 + i].run_ns) - g_p[100 + i].sched_ns - 500 * US;
     }
-    int64_t med1 = median(late1, N / 2);
+    *single = median(late1, N / 2);
     stop_expect(timer, 0, 0);
     hwtt_destroy(timer);
-    print_message("100 us tick: median lateness %lld us (batch), %lld us (one at a time)\n",
-                  (long long)(med / US), (long long)(med1 / US));
-    /* A millisecond-resolution sleep would be ~0.5-1 ms late on median. */
-    if (med > hwtt_slack_ms(1) * MS || med1 > hwtt_slack_ms(1) * MS)
-        fail_msg("100 us tick: median lateness %lld ns / %lld ns, over %lld ms", (long long)med,
-                 (long long)med1, (long long)hwtt_slack_ms(1));
+}
+
+/* A millisecond-resolution sleep would be ~0.5-1 ms late on median. A busy
+ * host can starve the worker for a while, so the best of three tries counts:
+ * a timer that cannot sleep below a millisecond fails all three. */
+static void test_sub_millisecond_tick(void **state)
+{
+    (void)state;
+    const int64_t limit = hwtt_slack_ms(1) * MS;
+    int64_t med = 0, med1 = 0;
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        setup(NULL);
+        sub_millisecond_lateness(&med, &med1);
+        print_message("100 us tick, try %d: median lateness %lld us (batch), %lld us (one at a "
+                      "time)\n",
+                      attempt, (long long)(med / US), (long long)(med1 / US));
+        if (med <= limit && med1 <= limit)
+            return;
+    }
+    fail_msg("100 us tick: median lateness %lld ns / %lld ns, over %lld ms", (long long)med,
+             (long long)med1, (long long)hwtt_slack_ms(1));
 }
 
 /* ------------------------------------------------------- far future */
