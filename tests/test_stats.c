@@ -256,7 +256,9 @@ static void test_pending_equals_hwt_pending_timeouts(void **state)
     /* Some that run: pending goes back to 10. */
     for (int i = 0; i < 5; i++)
         assert_int_equal(hwt_new_timeout(timer, count_run, NULL, 3 * i, HWT_MILLISECONDS, NULL), 0);
-    assert_int_equal(stats_of(timer).pending, 15);
+    /* 15 unless this thread was preempted long enough for some to run. */
+    int64_t p = stats_of(timer).pending;
+    assert_true(p >= 10 && p <= 15);
     assert_true(hwtt_wait_until(atomic_load(&g_runs) == 5, 100 + hwtt_slack_ms(1000)));
     assert_int_equal(stats_of(timer).pending, 10);
     assert_int_equal(hwt_pending_timeouts(timer), 10);

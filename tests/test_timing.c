@@ -528,25 +528,32 @@ static void sub_millisecond_lateness(int64_t *batch, int64_t *single)
     hwtt_destroy(timer);
 }
 
-/* A millisecond-resolution sleep would be ~0.5-1 ms late on median. A busy
- * host can starve the worker for a while, so the best of three tries counts:
- * a timer that cannot sleep below a millisecond fails all three. */
+/* A worker that sleeps to whole milliseconds is ~0.5 ms late on median (the
+ * next millisecond boundary), so one timeout at a time must be under 300 us
+ * on median (the 100 us tick's goal, issue 3); a batch, where every tick
+ * wakes the worker, under 1 ms. A busy host can starve the worker for a
+ * while, so each figure counts its best of five tries: a timer that cannot
+ * sleep below a millisecond fails all five. */
 static void test_sub_millisecond_tick(void **state)
 {
     (void)state;
-    const int64_t limit = hwtt_slack_ms(1) * MS;
-    int64_t med = 0, med1 = 0;
-    for (int attempt = 1; attempt <= 3; attempt++) {
+    const int64_t limit = hwtt_slack_ms(1) * MS, limit1 = hwtt_slowdown() * 300 * US;
+    int64_t best = INT64_MAX, best1 = INT64_MAX;
+    for (int attempt = 1; attempt <= 5 && (best > limit || best1 > limit1); attempt++) {
+        int64_t med, med1;
         setup(NULL);
         sub_millisecond_lateness(&med, &med1);
         print_message("100 us tick, try %d: median lateness %lld us (batch), %lld us (one at a "
                       "time)\n",
                       attempt, (long long)(med / US), (long long)(med1 / US));
-        if (med <= limit && med1 <= limit)
-            return;
+        best = med < best ? med : best;
+        best1 = med1 < best1 ? med1 : best1;
     }
-    fail_msg("100 us tick: median lateness %lld ns / %lld ns, over %lld ms", (long long)med,
-             (long long)med1, (long long)hwtt_slack_ms(1));
+    if (best > limit || best1 > limit1)
+        fail_msg("100 us tick: best median lateness %lld us (batch, limit %lld) / %lld us (one at "
+                 "a time, limit %lld)",
+                 (long long)(best / US), (long long)(limit / US), (long long)(best1 / US),
+                 (long long)(limit1 / US));
 }
 
 /* ------------------------------------------------------- far future */
