@@ -404,8 +404,10 @@ int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel)
         int64_t first = first_upper(wheel, level);
         if (first == INT64_MAX)
             continue;
+        /* The worker runs a pass at the end of the tick returned: cur +
+         * pace - 1 makes one pass per pace ticks. */
         int64_t open = first - precascade_window(wheel, level);
-        int64_t tick = open > wheel->cur ? open : wheel->cur + wheel->pace;
+        int64_t tick = open > wheel->cur ? open : wheel->cur + wheel->pace - 1;
         if (tick < best)
             best = tick;
     }
@@ -425,8 +427,11 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
     struct slot_ref ref = slot_at(wheel, level, first);
     if (!(*ref.occ_word & ref.occ_bit))
         return 0;
-    /* Spread what is left over the passes left (one per pace ticks). */
-    int64_t passes = (first - wheel->cur + wheel->pace - 1) / wheel->pace;
+    /* Spread what is left over the passes left (one per pace ticks; fewer
+     * counted, to finish a little early rather than late). */
+    int64_t passes = (first - wheel->cur) / wheel->pace;
+    if (passes < 1)
+        passes = 1;
     size_t n = (*ref.count + (size_t)passes - 1) / (size_t)passes;
     if (n < budget)
         n = budget;

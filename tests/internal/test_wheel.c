@@ -421,7 +421,7 @@ static size_t left_at_start(const struct hwt__wheel *w, uint32_t k, int64_t tick
 static void test_precascade_spreads_every_level(void **state)
 {
     (void)state;
-    const size_t budget = 8;
+    const size_t budget = 2; /* below the rate needed: the pacing must add */
     struct model *m = model_new(64);
     struct hwt__wheel *w = &m->wheel;
     int64_t w2 = width_of(w, 2), w3 = width_of(w, 3);
@@ -448,7 +448,7 @@ static void test_precascade_spreads_every_level(void **state)
     }
     for (size_t i = 0; i < used; i++)
         assert_true(m->fired_at[i] == m->fire_tick[i]);
-    assert_true(max_moved <= 4 * budget); /* unspread: 1000 at once */
+    assert_true(max_moved <= 6 * budget); /* unspread: 1000 at once */
     hwt__wheel_free(&m->wheel);
     free(m);
 }
