@@ -148,12 +148,9 @@ static int64_t slot_start(const struct hwt__wheel *wheel, uint32_t level, uint64
                           uint32_t d)
 {
     uint32_t above = level_shift(wheel, level + 1);
-    if (above >= 64) {
-        if (range != 0)
-            return INT64_MAX;
-    } else if (range > (UINT64_C(1) << (63 - above)) - 1) {
+    if (above >= 64 && range != 0)
         return INT64_MAX;
-    }
+    /* range is at most cur's + 1 < 2^(63 - above) + 1: no wrap-around. */
     uint64_t high = above >= 64 ? 0 : range << above;
     uint64_t tick = high | ((uint64_t)d << level_shift(wheel, level));
     return tick > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)tick;

@@ -433,6 +433,10 @@ static void test_precascade_spreads_every_level(void **state)
         model_place(m, used, 2 * w3 + (int64_t)(rnd() % (uint64_t)w3));
     assert_true(m->t[0].wlevel == 2 && m->t[3999].wlevel == 3);
     assert_int_equal(hwt__wheel_next_event(w), 2 * w2 - window_of(w, 2));
+    /* Woken for something else before the window opens: nothing moves yet
+     * (a timer holding far timeouts stays idle). */
+    model_advance(m, used, w2 + 5);
+    assert_int_equal(hwt__wheel_precascade(w, budget), 0);
     size_t max_moved = 0;
     for (;;) {
         int64_t next = hwt__wheel_next_event(w);
