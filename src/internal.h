@@ -40,9 +40,9 @@ enum {
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
 enum {
-    HWT_W_LINKED = 1,      /* in a wheel bucket */
-    HWT_W_RELEASED = 2,    /* out of the queue and not in the wheel any more */
-    HWT_W_CANCEL_DONE = 4  /* its cancellation was processed (callback called) */
+    HWT_W_LINKED = 1,     /* in a wheel bucket */
+    HWT_W_RELEASED = 2,   /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
 };
 
 /* A timeout's task when it has a cancelled callback (tasks.c). */

@@ -357,7 +357,8 @@ static int64_t first_upper(const struct hwt__wheel *wheel, uint32_t level)
 {
     uint64_t range = range_of(wheel, wheel->cur, level);
     uint32_t d = digit(wheel, wheel->cur, level);
-    uint64_t later = d == 63 ? 0 : wheel->occ_upper[level - 1][range & 1] & (~UINT64_C(0) << (d + 1));
+    uint64_t later =
+        d == 63 ? 0 : wheel->occ_upper[level - 1][range & 1] & (~UINT64_C(0) << (d + 1));
     if (later != 0)
         return slot_start(wheel, level, range, (uint32_t)__builtin_ctzll(later));
     uint64_t next = wheel->occ_upper[level - 1][(range + 1) & 1];
@@ -381,8 +382,8 @@ static int64_t next_work(const struct hwt__wheel *wheel)
         return INT64_MAX;
     int64_t block = (int64_t)range_of(wheel, wheel->cur, 0);
     int64_t best = first_in_level0(wheel, block, (uint64_t)wheel->cur & wheel->mask0);
-    if (best == INT64_MAX)
-        best = first_in_level0(wheel, block + 1, 0);
+    if (best == INT64_MAX && (uint64_t)block < ((uint64_t)INT64_MAX >> wheel->bits0))
+        best = first_in_level0(wheel, block + 1, 0); /* unless cur's is the last block */
     for (uint32_t level = 1; level <= wheel->upper_levels; level++) {
         int64_t tick = first_upper(wheel, level);
         if (tick < best)
@@ -404,7 +405,9 @@ int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel)
         /* The worker runs a pass at the end of the tick returned: cur +
          * pace - 1 makes one pass per pace ticks. */
         int64_t open = first - precascade_window(wheel, level);
-        int64_t tick = open > wheel->cur ? open : wheel->cur + wheel->pace - 1;
+        int64_t tick = open > wheel->cur                      ? open
+                       : wheel->cur > INT64_MAX - wheel->pace ? INT64_MAX
+                                                              : wheel->cur + wheel->pace - 1;
         if (tick < best)
             best = tick;
     }
@@ -417,8 +420,8 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
 {
     uint64_t range = range_of(wheel, wheel->cur, level);
     uint32_t d = digit(wheel, wheel->cur, level);
-    int64_t first = d == 63 ? slot_start(wheel, level, range + 1, 0)
-                            : slot_start(wheel, level, range, d + 1);
+    int64_t first =
+        d == 63 ? slot_start(wheel, level, range + 1, 0) : slot_start(wheel, level, range, d + 1);
     if (first == INT64_MAX || first - wheel->cur > precascade_window(wheel, level))
         return 0;
     struct slot_ref ref = slot_at(wheel, level, first);

@@ -467,9 +467,9 @@ static void test_huge_deadlines(void **state)
     for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
         struct model *m = model_new(lens[l]);
         struct hwt__wheel *w = &m->wheel;
-        const int64_t deadlines[] = {INT64_MAX, INT64_MAX - 1, (int64_t)1 << 62, INT64_MAX - 1,
-                                     ((int64_t)1 << 62) + 1, INT64_MAX - 2, (int64_t)1 << 62,
-                                     INT64_MAX / 64 * 63, INT64_MAX};
+        const int64_t deadlines[] = {INT64_MAX,        INT64_MAX - 1,          (int64_t)1 << 62,
+                                     INT64_MAX - 1,    ((int64_t)1 << 62) + 1, INT64_MAX - 2,
+                                     (int64_t)1 << 62, INT64_MAX / 64 * 63,    INT64_MAX};
         size_t used = sizeof deadlines / sizeof *deadlines;
         for (size_t i = 0; i < used; i++)
             model_place(m, i, deadlines[i]);
