@@ -34,9 +34,11 @@
  *        they are, and in link order within a bucket.
  *
  * Whenever cur enters the first tick of a level-k slot, that slot is emptied
- * and its timeouts are linked again lower down ("cascading"), top-down so a
- * timeout can fall several levels at once. Each timeout moves at most once
- * per level, so a far-future timeout costs O(levels), not O(revolutions).
+ * and its timeouts are linked again lower down ("cascading"), top-down: a
+ * timeout may join a lower slot starting at the same tick (behind older ones
+ * due with it, see below) and must move on with it. A timeout falls as low
+ * as it may at once and moves at most once per level, so a far-future
+ * timeout costs O(levels), not O(revolutions).
  *
  * Placing (new timeouts and moved ones alike): the lowest level allowed by
  * (I1), unless a slot holding d higher up (below the level it comes from)
@@ -47,7 +49,7 @@
  * arrived in any order), so moving a big slot at once stalls the worker - a
  * cache and TLB miss each: ~17 ms for a level-1 slot of 25 000, 11-45 ms for
  * a level-2 slot of 545 000. So the next slot of each level is moved down
- * ahead of time, into the next-range array of the level below, a part per
+ * ahead of time, into the next range of the level below (or lower), a part per
  * worker pass (hwt__wheel_precascade): at level 1 while cur's block runs, at
  * level k >= 2 during the last quarter of cur's level-k slot (late, so a
  * timer holding far timeouts stays idle; early enough to spread). A pass
@@ -64,9 +66,9 @@
  * Ticks in between are skipped in O(1): no timeout needs them, and every
  * timeout still satisfies (I1) at the tick skipped to.
  *
- * Costs: link/unlink O(levels) at most; cascade O(1) per timeout per level;
- * next event O(levels + level-0 words scanned), the scan capped so a huge
- * level 0 only costs an early, empty wake-up.
+ * Costs: link O(levels) bit tests, unlink O(1); moving down O(1) per
+ * timeout per level; next event O(levels + level-0 words scanned), the scan
+ * capped so a huge level 0 only costs an early, empty wake-up.
  */
 #include "wheel.h"
 

@@ -62,7 +62,7 @@ void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *timeout);
 int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel);
 
 /* One pass of the pre-cascades (see wheel.c): at each level whose next slot
- * is due soon, moves part of it one level down ahead of time - at least
+ * is due soon, moves part of it down (below that level) ahead of time - at least
  * `budget` timeouts (or all), more if needed to finish in time at one pass
  * per `pace` ticks. Returns how many were moved. */
 size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget);
