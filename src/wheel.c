@@ -101,6 +101,10 @@ int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t 
     wheel->pace = ticks_per_wheel >= 32 ? ticks_per_wheel / 32 : 1;
     /* Enough upper levels that the top one holds tick digits up to bit 62. */
     wheel->upper_levels = wheel->bits0 >= 63 ? 0 : (62 - wheel->bits0) / HWT_LEVEL_BITS + 1;
+    for (uint32_t k = 0; k <= wheel->upper_levels + 1; k++) {
+        uint32_t shift = k == 0 ? 0 : wheel->bits0 + HWT_LEVEL_BITS * (k - 1);
+        wheel->shift[k] = (uint8_t)(shift > 63 ? 63 : shift);
+    }
     wheel->occ0_words = (ticks_per_wheel + 63) / 64;
     /* calloc: a huge wheel's untouched buckets stay untouched zero pages. */
     for (int i = 0; i < 2; i++) {
@@ -129,19 +133,18 @@ void hwt__wheel_free(struct hwt__wheel *wheel)
 /* The lowest bit of level's digit. */
 static uint32_t level_shift(const struct hwt__wheel *wheel, uint32_t level)
 {
-    return level == 0 ? 0 : wheel->bits0 + HWT_LEVEL_BITS * (level - 1);
+    return wheel->shift[level];
 }
 
 static uint32_t digit(const struct hwt__wheel *wheel, int64_t tick, uint32_t level)
 {
-    return (uint32_t)(((uint64_t)tick >> level_shift(wheel, level)) & (HWT_LEVEL_SLOTS - 1));
+    return (uint32_t)(((uint64_t)tick >> wheel->shift[level]) & (HWT_LEVEL_SLOTS - 1));
 }
 
-/* The bits above level's digit (0 at the top level: ticks are < 2^63). */
+/* The bits above level's digit (0 at the top level). */
 static uint64_t range_of(const struct hwt__wheel *wheel, int64_t tick, uint32_t level)
 {
-    uint32_t shift = level_shift(wheel, level + 1);
-    return shift >= 64 ? 0 : (uint64_t)tick >> shift;
+    return (uint64_t)tick >> wheel->shift[level + 1];
 }
 
 /* First tick of the slot (range, digit) of an upper level; INT64_MAX if past
@@ -149,12 +152,9 @@ static uint64_t range_of(const struct hwt__wheel *wheel, int64_t tick, uint32_t 
 static int64_t slot_start(const struct hwt__wheel *wheel, uint32_t level, uint64_t range,
                           uint32_t d)
 {
-    uint32_t above = level_shift(wheel, level + 1);
-    if (above >= 64 && range != 0)
-        return INT64_MAX;
-    /* range is at most cur's + 1 < 2^(63 - above) + 1: no wrap-around. */
-    uint64_t high = above >= 64 ? 0 : range << above;
-    uint64_t tick = high | ((uint64_t)d << level_shift(wheel, level));
+    /* range is at most cur's + 1 <= 2^(63 - shift): no wrap-around. */
+    uint64_t tick =
+        (range << level_shift(wheel, level + 1)) | ((uint64_t)d << level_shift(wheel, level));
     return tick > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)tick;
 }
 
@@ -238,13 +238,24 @@ static void place_below(struct hwt__wheel *wheel, hwt_timeout *t, uint32_t max_l
 {
     int64_t due = effective_due(wheel, t);
     uint32_t level = lowest_level(wheel, due);
-    for (uint32_t k = max_level; k > level; k--) {
+    /* Only levels that hold anything (most are empty): bits level .. max_level-1. */
+    uint32_t above =
+        wheel->upper_used & ((UINT32_C(1) << max_level) - 1) & ~((UINT32_C(1) << level) - 1);
+    while (above != 0) {
+        uint32_t k = 32 - (uint32_t)__builtin_clz(above);
+        above &= ~(UINT32_C(1) << (k - 1));
+        if ((wheel->occ_upper[k - 1][0] | wheel->occ_upper[k - 1][1]) == 0) {
+            wheel->upper_used &= ~(UINT32_C(1) << (k - 1));
+            continue;
+        }
         int parity = (int)(range_of(wheel, due, k) & 1);
         if (wheel->occ_upper[k - 1][parity] & (UINT64_C(1) << digit(wheel, due, k))) {
             level = k;
             break;
         }
     }
+    if (level > 0)
+        wheel->upper_used |= UINT32_C(1) << (level - 1);
     struct slot_ref ref = slot_at(wheel, level, due);
     bucket_append(ref.bucket, &t->link);
     *ref.occ_word |= ref.occ_bit;
@@ -513,6 +524,7 @@ void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeou
             }
         }
     }
+    wheel->upper_used = 0;
     for (uint32_t level = 1; level <= wheel->upper_levels; level++) {
         for (int p = 0; p < 2; p++) {
             uint64_t *occ = &wheel->occ_upper[level - 1][p];
@@ -585,6 +597,8 @@ bool hwt__wheel_check(const struct hwt__wheel *wheel)
                 if (!check_bucket(wheel, &wheel->upper[level - 1][p][s], occ, level, &seen, &len))
                     return false;
                 if (len != wheel->upper_count[level - 1][p][s])
+                    return false;
+                if (occ && !(wheel->upper_used & (UINT32_C(1) << (level - 1))))
                     return false;
             }
         }

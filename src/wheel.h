@@ -28,6 +28,9 @@ struct hwt__wheel {
     uint32_t bits0;        /* log2 of the level-0 length (ticks_per_wheel) */
     uint32_t upper_levels; /* levels above level 0 */
     uint64_t mask0;
+    /* shift[k]: the lowest bit of level k's digit, for k = 0 .. upper_levels
+     * + 1, capped at 63 (ticks are below 2^63: tick >> 63 is 0). */
+    uint8_t shift[HWT_MAX_UPPER_LEVELS + 2];
     int64_t pace; /* ticks between worker passes while a pre-cascade runs */
     /* Every level exists twice: for cur's range at that level and the next
      * range, in the arrays named by the range number's parity. Level 0's
@@ -38,7 +41,8 @@ struct hwt__wheel {
     struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][2][HWT_LEVEL_SLOTS];
     size_t upper_count[HWT_MAX_UPPER_LEVELS][2][HWT_LEVEL_SLOTS]; /* paces the pre-cascade */
     uint64_t occ_upper[HWT_MAX_UPPER_LEVELS][2];
-    size_t count; /* timeouts linked in the wheel */
+    uint32_t upper_used; /* bit k-1: level k may hold timeouts (cleared lazily) */
+    size_t count;        /* timeouts linked in the wheel */
 };
 
 /* Smallest power of two >= n (n in 1 .. 2^30). */
