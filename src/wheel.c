@@ -53,11 +53,12 @@
  * worker pass (hwt__wheel_precascade): at level 1 while cur's block runs, at
  * level k >= 2 during the last quarter of cur's level-k slot (late, so a
  * timer holding far timeouts stays idle; early enough to spread). A pass
- * moves at least a small budget, and as much as needed to finish by the
- * slot's first tick at one pass per `pace` ticks (1/32 block); next_event
- * wakes the worker for the passes, but only while a slot has something to
- * move. Entering a slot then only swaps the arrays' roles; what arrived
- * late is moved at once, as before.
+ * moves at least a small budget, and the share of what is left that the
+ * ticks since the last pass are of the ticks left, so the work is even
+ * however often the worker passes; next_event wakes it for a pass every
+ * `pace` ticks (1/32 block), but only while a slot has something to move.
+ * Entering a slot then only swaps the arrays' roles; what arrived late is
+ * moved at once, as before.
  *
  * Sleeping: one occupancy bit per bucket (a 64-bit word per upper array, a
  * bitmap for level 0) gives the next tick at which anything happens - a
@@ -99,6 +100,7 @@ int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t 
     wheel->bits0 = log2_u32(ticks_per_wheel);
     wheel->mask0 = (uint64_t)ticks_per_wheel - 1;
     wheel->pace = ticks_per_wheel >= 32 ? ticks_per_wheel / 32 : 1;
+    wheel->precascade_done = -1;
     /* Enough upper levels that the top one holds tick digits up to bit 62. */
     wheel->upper_levels = wheel->bits0 >= 63 ? 0 : (62 - wheel->bits0) / HWT_LEVEL_BITS + 1;
     for (uint32_t k = 0; k <= wheel->upper_levels + 1; k++) {
@@ -440,12 +442,17 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
     struct slot_ref ref = slot_at(wheel, level, first);
     if (!(*ref.occ_word & ref.occ_bit))
         return 0;
-    /* Spread what is left over the passes left (one per pace ticks; fewer
-     * counted, to finish a little early rather than late). */
-    int64_t passes = (first - wheel->cur) / wheel->pace;
-    if (passes < 1)
-        passes = 1;
-    size_t n = (*ref.count + (size_t)passes - 1) / (size_t)passes;
+    /* Spread what is left evenly over the ticks left: this pass takes the
+     * share of the ticks since the last pass (or the window's start), so
+     * frequent passes (a busy worker) move little each, and the pass at the
+     * slot's last tick, all. */
+    int64_t open = first - precascade_window(wheel, level);
+    int64_t from = wheel->precascade_done + 1 > open ? wheel->precascade_done + 1 : open;
+    size_t n = 0;
+    if (from <= wheel->cur)
+        n = (size_t)((double)*ref.count * (double)(wheel->cur + 1 - from) /
+                     (double)(first - from)) +
+            1;
     if (n < budget)
         n = budget;
     size_t moved = 0;
@@ -462,6 +469,7 @@ size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget)
     /* Top-down: what comes down from level k may go on down in this pass. */
     for (uint32_t level = wheel->upper_levels; level >= 1; level--)
         moved += precascade_level(wheel, level, budget);
+    wheel->precascade_done = wheel->cur;
     return moved;
 }
 

@@ -31,7 +31,8 @@ struct hwt__wheel {
     /* shift[k]: the lowest bit of level k's digit, for k = 0 .. upper_levels
      * + 1, capped at 63 (ticks are below 2^63: tick >> 63 is 0). */
     uint8_t shift[HWT_MAX_UPPER_LEVELS + 2];
-    int64_t pace; /* ticks between worker passes while a pre-cascade runs */
+    int64_t pace;            /* ticks between worker passes while a pre-cascade runs */
+    int64_t precascade_done; /* the pre-cascades' last pass was at this cur */
     /* Every level exists twice: for cur's range at that level and the next
      * range, in the arrays named by the range number's parity. Level 0's
      * range is a block (2^bits0 buckets). */
@@ -66,9 +67,9 @@ void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *timeout);
 int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel);
 
 /* One pass of the pre-cascades (see wheel.c): at each level whose next slot
- * is due soon, moves part of it down (below that level) ahead of time - at least
- * `budget` timeouts (or all), more if needed to finish in time at one pass
- * per `pace` ticks. Returns how many were moved. */
+ * is due soon, moves part of it down (below that level) ahead of time - at
+ * least `budget` timeouts (or all), more to keep pace with the ticks left.
+ * Returns how many were moved. */
 size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget);
 
 /* Processes ticks cur .. last: for each due timeout, in tick order and within
