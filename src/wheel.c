@@ -80,6 +80,8 @@
 
 #define LEVEL0_SCAN_WORDS 1024 /* at most 65536 buckets scanned per next-event query */
 
+static void set_cur(struct hwt__wheel *wheel, int64_t tick);
+
 uint32_t hwt__wheel_round_length(uint32_t n)
 {
     uint32_t len = 1;
@@ -107,6 +109,7 @@ int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t 
         uint32_t shift = k == 0 ? 0 : wheel->bits0 + HWT_LEVEL_BITS * (k - 1);
         wheel->shift[k] = (uint8_t)(shift > 63 ? 63 : shift);
     }
+    set_cur(wheel, 0);
     wheel->occ0_words = (ticks_per_wheel + 63) / 64;
     /* calloc: a huge wheel's untouched buckets stay untouched zero pages. */
     for (int i = 0; i < 2; i++) {
@@ -165,10 +168,20 @@ static int64_t slot_start(const struct hwt__wheel *wheel, uint32_t level, uint64
 static uint32_t lowest_level(const struct hwt__wheel *wheel, int64_t due)
 {
     uint32_t level = 0;
-    while (level < wheel->upper_levels &&
-           range_of(wheel, due, level) - range_of(wheel, wheel->cur, level) > 1)
+    while (level < wheel->upper_levels && (uint64_t)due >= wheel->limit[level])
         level++;
     return level;
+}
+
+/* Sets cur and the limits that depend on it. */
+static void set_cur(struct hwt__wheel *wheel, int64_t tick)
+{
+    wheel->cur = tick;
+    for (uint32_t k = 0; k <= wheel->upper_levels; k++) {
+        uint32_t above = wheel->shift[k + 1];
+        uint64_t ranges = range_of(wheel, tick, k) + 2;
+        wheel->limit[k] = ranges > (UINT64_MAX >> above) ? UINT64_MAX : ranges << above;
+    }
 }
 
 /* The tick a timeout is (to be) linked for: its due tick, or cur if past. */
@@ -335,7 +348,7 @@ static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
  * top-down, as a slot may send timeouts into the lower ones starting there. */
 static void enter_tick(struct hwt__wheel *wheel, int64_t tick)
 {
-    wheel->cur = tick;
+    set_cur(wheel, tick);
     for (uint32_t level = wheel->upper_levels; level >= 1; level--) {
         uint64_t below = ((uint64_t)1 << level_shift(wheel, level)) - 1;
         if (((uint64_t)tick & below) != 0)

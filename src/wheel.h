@@ -31,6 +31,9 @@ struct hwt__wheel {
     /* shift[k]: the lowest bit of level k's digit, for k = 0 .. upper_levels
      * + 1, capped at 63 (ticks are below 2^63: tick >> 63 is 0). */
     uint8_t shift[HWT_MAX_UPPER_LEVELS + 2];
+    /* limit[k]: the first tick past the next range of level k (saturated):
+     * a timeout due before it may be linked at level k. Set with cur. */
+    uint64_t limit[HWT_MAX_UPPER_LEVELS + 1];
     int64_t pace;            /* ticks between worker passes while a pre-cascade runs */
     int64_t precascade_done; /* the pre-cascades' last pass was at this cur */
     /* Every level exists twice: for cur's range at that level and the next
