@@ -6,7 +6,7 @@
  *     "producer side" fields are atomics used by any thread; the "worker side"
  *     belongs to the worker thread (and to the stopping thread once it has
  *     joined the worker); lifecycle fields are under lifecycle_lock.
- *   hwt_timeout: state and refs are atomics (any thread); link, wflags are
+ *   hwt_timeout: state and refs are atomics (any thread); link, wflags, wlevel are
  *     the worker's; run (or pair)/arg/deadline are written by the producer
  *     before the timeout is published and are read-only afterwards.
  */
@@ -40,10 +40,9 @@ enum {
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
 enum {
-    HWT_W_LINKED = 1,      /* in a wheel bucket */
-    HWT_W_RELEASED = 2,    /* out of the queue and not in the wheel any more */
-    HWT_W_CANCEL_DONE = 4, /* its cancellation was processed (callback called) */
-    HWT_W_LEVEL0 = 8       /* linked in a level-0 bucket (else an overflow slot) */
+    HWT_W_LINKED = 1,     /* in a wheel bucket */
+    HWT_W_RELEASED = 2,   /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
 };
 
 /* A timeout's task when it has a cancelled callback (tasks.c). */
@@ -79,7 +78,7 @@ struct hwt_timeout {
     _Atomic uint32_t state;
     _Atomic uint16_t refs;
     uint8_t wflags;
-    uint8_t reserved;
+    uint8_t wlevel; /* worker-only: the wheel level it is linked in (with HWT_W_LINKED) */
 };
 
 enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
@@ -117,7 +116,6 @@ struct hwt_timer {
     int64_t cancel_latency_ns; /* max(tick, 100 ms) */
     int64_t max_pending;       /* <= 0: unlimited */
     uint32_t max_transfers;
-    int64_t precascade_every; /* ticks between wake-ups while pre-cascading */
     hwt_sleep_mode sleep_mode;
     const pthread_attr_t *thread_attr;
     char thread_name[16];

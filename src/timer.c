@@ -129,7 +129,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         tick_ns > HWT_CANCEL_LATENCY_MIN_NS ? tick_ns : HWT_CANCEL_LATENCY_MIN_NS;
     timer->max_pending = options->max_pending_timeouts;
     timer->max_transfers = options->max_transfers_per_tick;
-    timer->precascade_every = wheel_len >= 32 ? wheel_len / 32 : 1;
     timer->thread_attr = options->thread_attr;
     snprintf(timer->thread_name, sizeof timer->thread_name, "%s",
              options->thread_name != NULL ? options->thread_name : "hwtimer");

@@ -28,14 +28,25 @@ struct hwt__wheel {
     uint32_t bits0;        /* log2 of the level-0 length (ticks_per_wheel) */
     uint32_t upper_levels; /* levels above level 0 */
     uint64_t mask0;
-    /* Level 0, twice: the block of cur and the next block, in the arrays
-     * named by the block number's parity (2^bits0 buckets each). */
+    /* shift[k]: the lowest bit of level k's digit, for k = 0 .. upper_levels
+     * + 1, capped at 63 (ticks are below 2^63: tick >> 63 is 0). */
+    uint8_t shift[HWT_MAX_UPPER_LEVELS + 2];
+    /* limit[k]: the first tick past the next range of level k (saturated):
+     * a timeout due before it may be linked at level k. Set with cur. */
+    uint64_t limit[HWT_MAX_UPPER_LEVELS + 1];
+    int64_t pace;            /* ticks between worker passes while a pre-cascade runs */
+    int64_t precascade_done; /* the pre-cascades' last pass was at this cur */
+    /* Every level exists twice: for cur's range at that level and the next
+     * range, in the arrays named by the range number's parity. Level 0's
+     * range is a block (2^bits0 buckets). */
     struct hwt__bucket *level0[2];
     uint64_t *occ0[2]; /* one bit per level-0 bucket: non-empty */
     size_t occ0_words;
-    struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][HWT_LEVEL_SLOTS];
-    uint64_t occ_upper[HWT_MAX_UPPER_LEVELS];
-    size_t count; /* timeouts linked in the wheel */
+    struct hwt__bucket upper[HWT_MAX_UPPER_LEVELS][2][HWT_LEVEL_SLOTS];
+    size_t upper_count[HWT_MAX_UPPER_LEVELS][2][HWT_LEVEL_SLOTS]; /* paces the pre-cascade */
+    uint64_t occ_upper[HWT_MAX_UPPER_LEVELS][2];
+    uint32_t upper_used; /* bit k-1: level k may hold timeouts (cleared lazily) */
+    size_t count;        /* timeouts linked in the wheel */
 };
 
 /* Smallest power of two >= n (n in 1 .. 2^30). */
@@ -52,17 +63,17 @@ void hwt__wheel_place(struct hwt__wheel *wheel, hwt_timeout *timeout);
 /* Unlinks a linked timeout. */
 void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *timeout);
 
-/* The first tick >= cur at which something must be done (a bucket with
- * timeouts, or an overflow slot to move down); INT64_MAX if the wheel is
- * empty. May return an earlier tick at which nothing is due (huge wheels). */
+/* The first tick >= cur at which the worker has something to do: a bucket
+ * with timeouts, an overflow slot to move down, or a pass of a pre-cascade
+ * (start or continue, see wheel.c); INT64_MAX if the wheel is empty. May
+ * return an earlier tick at which nothing is due (huge wheels). */
 int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel);
 
-/* Moves up to `budget` timeouts due in the next block from the overflow
- * level into level 0, ahead of time (see wheel.c). Returns how many. */
+/* One pass of the pre-cascades (see wheel.c): at each level whose next slot
+ * is due soon, moves part of it down (below that level) ahead of time - at
+ * least `budget` timeouts (or all), more to keep pace with the ticks left.
+ * Returns how many were moved. */
 size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget);
-
-/* True if timeouts due in the next block still wait in the overflow level. */
-bool hwt__wheel_precascade_pending(const struct hwt__wheel *wheel);
 
 /* Processes ticks cur .. last: for each due timeout, in tick order and within
  * a tick in the order they were linked, unlinks it and calls expire(ctx, t).

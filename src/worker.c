@@ -166,8 +166,8 @@ static void expire(void *ctx, hwt_timeout *t)
 
 /* ---------------------------------------------------------- the loop */
 
-/* Timeouts moved ahead of time from the overflow level per pass (wheel.c,
- * "spreading the cascades"): a few hundred microseconds at most. */
+/* Timeouts moved ahead of time per level per pass at least (wheel.c,
+ * "spreading the cascades"); more only to finish in time. */
 #define PRECASCADE_BUDGET 512
 
 static void run_loop(hwt_timer *timer)
@@ -184,17 +184,14 @@ static void run_loop(hwt_timer *timer)
         if (last_elapsed >= wheel->cur)
             hwt__wheel_advance(wheel, last_elapsed, expire, timer);
 
-        /* Plan: the next tick with work, sooner if the transfer budget ran
-         * out (more next tick), if the next block's timeouts are still being
-         * moved down (a wake-up every 1/32 block), or if cancels are flowing
-         * (keep waking within max(tick, 100 ms) so cancellers need not wake
-         * us each time). */
+        /* Plan: the next tick with work (pre-cascade passes included), sooner
+         * if the transfer budget ran out (more next tick), or if cancels are
+         * flowing (keep waking within max(tick, 100 ms) so cancellers need
+         * not wake us each time). */
         int64_t next = hwt__wheel_next_event(wheel);
         bool more_queued = moved == timer->max_transfers;
         if (more_queued && next > wheel->cur)
             next = wheel->cur;
-        if (hwt__wheel_precascade_pending(wheel) && next > wheel->cur + timer->precascade_every)
-            next = wheel->cur + timer->precascade_every;
         if (cancels > 0) {
             int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
             if (cap < next)

@@ -2,11 +2,14 @@
  * test_wheel.c - the wheel (src/wheel.c) against a reference model.
  *
  * Random placements (past, near, far, "never"), unlinks, pre-cascades and
- * advances (one tick, small and huge jumps) on wheels of 1, 2, 8, 64 and 512
- * buckets. After
- * every operation hwt__wheel_check() must hold; every timeout must fire at
- * exactly max(due tick, tick current when it was placed), in tick order and,
- * within a tick, in placement order; next_event must never pass work.
+ * advances (one tick, small and huge jumps, or from event to event as the
+ * worker does) on wheels of 1, 2, 4, 8, 64 and 512 buckets, also with cur
+ * near the end of time. After every operation hwt__wheel_check() must hold;
+ * every timeout must fire at exactly max(due tick, tick current when it was
+ * placed), in tick order and, within a tick, in placement order; next_event
+ * must never pass work. Focused runs pile timeouts due at the same few ticks
+ * around a level-1, -2 or -3 slot start while pre-cascades run part-way, so
+ * a tick's timeouts wait at several levels at once.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,38 +58,83 @@ static void on_expire(void *ctx, hwt_timeout *t)
     m->last_seq = m->seq[i];
 }
 
+/* cur + ahead, saturated (cur may be near the end of time). */
+static int64_t later(int64_t cur, uint64_t ahead)
+{
+    return ahead > (uint64_t)(INT64_MAX - cur) ? INT64_MAX : cur + (int64_t)ahead;
+}
+
 static int64_t random_deadline(int64_t cur, uint32_t wheel_len)
 {
     switch (rnd() % 8) {
     case 0: return cur > 0 ? (int64_t)(rnd() % (uint64_t)cur) : 0; /* past */
-    case 1: return cur + (int64_t)(rnd() % 4);
-    case 2: return cur + (int64_t)(rnd() % (wheel_len * 2 + 1));
-    case 3: return cur + (int64_t)(rnd() % 100000);
-    case 4: return cur + (int64_t)(rnd() % 100000000);
+    case 1: return later(cur, rnd() % 4);
+    case 2: return later(cur, rnd() % (wheel_len * 2 + 1));
+    case 3: return later(cur, rnd() % 100000);
+    case 4: return later(cur, rnd() % 100000000);
     case 5: return INT64_MAX;
-    case 6: return cur + (int64_t)(rnd() >> 2) % (INT64_MAX / 4);
-    default: return cur + (int64_t)(rnd() % 5000);
+    case 6: return later(cur, (rnd() >> 2) % (INT64_MAX / 4));
+    default: return later(cur, rnd() % 5000);
     }
 }
 
-static void run_model(uint32_t wheel_len, int rounds)
+static struct model *model_new(uint32_t wheel_len)
 {
     struct model *m = calloc(1, sizeof *m);
     assert_non_null(m);
     assert_int_equal(hwt__wheel_init(&m->wheel, wheel_len, 1), 0);
     for (size_t i = 0; i < N_TIMEOUTS; i++)
         m->fired_at[i] = -1;
+    return m;
+}
+
+static void model_place(struct model *m, size_t i, int64_t deadline)
+{
+    m->t[i].deadline = deadline;
+    m->fire_tick[i] = deadline < m->wheel.cur ? m->wheel.cur : deadline;
+    m->seq[i] = m->next_seq++;
+    m->live[i] = true;
+    hwt__wheel_place(&m->wheel, &m->t[i]);
+}
+
+static int64_t model_earliest(const struct model *m, size_t used)
+{
+    int64_t earliest = INT64_MAX;
+    for (size_t i = 0; i < used; i++)
+        if (m->live[i] && m->fire_tick[i] < earliest)
+            earliest = m->fire_tick[i];
+    return earliest;
+}
+
+/* Advances to `last`; checks what fired against the model. */
+static void model_advance(struct model *m, size_t used, int64_t last)
+{
+    assert_true(hwt__wheel_next_event(&m->wheel) <= model_earliest(m, used));
+    m->last_tick = -1;
+    m->last_seq = 0;
+    hwt__wheel_advance(&m->wheel, last, on_expire, m);
+    assert_true(m->wheel.cur == last + 1);
+    for (size_t i = 0; i < used; i++) {
+        if (m->fired_at[i] != -1)
+            assert_true(m->fired_at[i] == m->fire_tick[i]);
+        else if (m->live[i])
+            assert_true(m->fire_tick[i] > last);
+    }
+    assert_int_equal(m->errors, 0);
+}
+
+/* Random operations from tick `start` on. */
+static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
+{
+    struct model *m = model_new(wheel_len);
+    hwt__wheel_advance(&m->wheel, start - 1, on_expire, m); /* empty: one jump */
+    assert_true(m->wheel.cur == start);
     size_t used = 0;
     for (int r = 0; r < rounds; r++) {
         int op = (int)(rnd() % 10);
         if (op < 5 && used < N_TIMEOUTS) {
             size_t i = used++;
-            m->t[i].deadline = random_deadline(m->wheel.cur, wheel_len);
-            int64_t due = m->t[i].deadline;
-            m->fire_tick[i] = due < m->wheel.cur ? m->wheel.cur : due;
-            m->seq[i] = m->next_seq++;
-            m->live[i] = true;
-            hwt__wheel_place(&m->wheel, &m->t[i]);
+            model_place(m, i, random_deadline(m->wheel.cur, wheel_len));
         } else if (op == 7 && used > 0 && rnd() % 2) {
             hwt__wheel_precascade(&m->wheel, (size_t)(rnd() % 64));
         } else if (op < 7 && used > 0) {
@@ -96,39 +144,35 @@ static void run_model(uint32_t wheel_len, int rounds)
                 m->live[i] = false;
             }
         } else {
-            int64_t earliest = INT64_MAX;
-            for (size_t i = 0; i < used; i++)
-                if (m->live[i] && m->fire_tick[i] < earliest)
-                    earliest = m->fire_tick[i];
+            int64_t earliest = model_earliest(m, used);
             int64_t next = hwt__wheel_next_event(&m->wheel);
-            assert_true(next <= earliest); /* never sleeps past work */
             int64_t step;
-            switch (rnd() % 4) {
+            switch (rnd() % 5) {
             case 0: step = 0; break;
             case 1: step = (int64_t)(rnd() % 3); break;
             case 2: step = (int64_t)(rnd() % 70000); break;
+            case 3: /* as the worker: to the next event, then a pre-cascade pass */
+                step = next != INT64_MAX && next - m->wheel.cur < 1000000 ? next - m->wheel.cur : 1;
+                break;
             default:
                 step = earliest != INT64_MAX && earliest > m->wheel.cur
                            ? earliest - m->wheel.cur + (int64_t)(rnd() % 2) - 1
                            : 1;
             }
-            int64_t last = m->wheel.cur + step;
-            m->last_tick = -1;
-            m->last_seq = 0;
-            hwt__wheel_advance(&m->wheel, last, on_expire, m);
-            assert_true(m->wheel.cur == last + 1);
-            for (size_t i = 0; i < used; i++) {
-                if (m->fired_at[i] != -1)
-                    assert_true(m->fired_at[i] == m->fire_tick[i]);
-                else if (m->live[i])
-                    assert_true(m->fire_tick[i] > last);
-            }
+            model_advance(m, used, m->wheel.cur + step);
+            if (rnd() % 2)
+                hwt__wheel_precascade(&m->wheel, (size_t)(rnd() % 8));
         }
         assert_int_equal(m->errors, 0);
         assert_true(hwt__wheel_check(&m->wheel));
     }
     hwt__wheel_free(&m->wheel);
     free(m);
+}
+
+static void run_model(uint32_t wheel_len, int rounds)
+{
+    run_model_from(wheel_len, rounds, 0);
 }
 
 static void test_wheel_1(void **state)
@@ -140,6 +184,11 @@ static void test_wheel_2(void **state)
 {
     (void)state;
     run_model(2, 20000);
+}
+static void test_wheel_4(void **state)
+{
+    (void)state;
+    run_model(4, 20000);
 }
 static void test_wheel_8(void **state)
 {
@@ -155,6 +204,298 @@ static void test_wheel_512(void **state)
 {
     (void)state;
     run_model(512, 20000);
+}
+
+/* Near the end of time: top-level digits near 63, deadlines saturating at
+ * INT64_MAX, no next range above the top level. */
+static void test_wheel_huge_cur(void **state)
+{
+    (void)state;
+    const int64_t starts[] = {INT64_MAX - ((int64_t)1 << 40), (int64_t)1 << 62,
+                              INT64_MAX / 64 * 63};
+    const uint32_t lens[] = {1, 4, 512};
+    for (size_t s = 0; s < sizeof starts / sizeof *starts; s++)
+        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+            run_model_from(lens[l], 6000, starts[s]);
+}
+
+/* The lowest bit of a level's digit, as wheel.c computes it. */
+static int64_t width_of(const struct hwt__wheel *w, uint32_t level)
+{
+    return (int64_t)1 << (level == 0 ? 0 : w->bits0 + HWT_LEVEL_BITS * (level - 1));
+}
+
+/* Timeouts due at a few ticks around the start B of a level-`level` slot,
+ * placed all along (so early ones wait high, later ones lower, newcomers
+ * behind older ones still up), pre-cascades with tiny budgets, advances by
+ * events, by small steps and by late jumps (over pre-cascade windows). Each
+ * tick's timeouts must run in placement order; returns the most levels one
+ * tick's live timeouts were spread over at once. */
+static int run_focus(uint32_t wheel_len, uint32_t level)
+{
+    struct model *m = model_new(wheel_len);
+    struct hwt__wheel *w = &m->wheel;
+    assert_true(level <= w->upper_levels);
+    int64_t width = width_of(w, level), lower = width_of(w, level - 1);
+    int64_t b = 3 * width;
+    const int64_t targets[] = {b - 1, b, b + 1, b + lower - 1, b + lower, b + width - 1, b + width};
+    const size_t n_targets = sizeof targets / sizeof *targets;
+    size_t used = 0;
+    int spread = 0;
+    int64_t unit = width / 512 + 1; /* some 2000 steps in all */
+    while (w->cur <= b + width) {
+        int op = (int)(rnd() % 64);
+        if (op < 12) {
+            if (used < N_TIMEOUTS) {
+                model_place(m, used, targets[rnd() % n_targets]);
+                used++;
+            }
+        } else if (op < 28) {
+            if (rnd() % 2) /* as if passes ran every tick: small moves, levels part-way */
+                w->precascade_done = w->cur - 1;
+            hwt__wheel_precascade(w, 1 + (size_t)(rnd() % 3));
+        } else if (op < 30 && used > 0) {
+            size_t i = (size_t)(rnd() % used);
+            if (m->live[i]) {
+                hwt__wheel_unlink(w, &m->t[i]);
+                m->live[i] = false;
+            }
+        } else if (rnd() % 512 < (uint64_t)(4 * width / unit)) { /* tiny wheels: rarer */
+            int64_t next = hwt__wheel_next_event(w);
+            int64_t last;
+            if (op < 52) { /* as the worker (woken by newcomers too) */
+                int64_t cap = w->cur + unit * (int64_t)(rnd() % 4);
+                last = next < cap ? next : cap;
+            } else if (op < 63) { /* a small step, maybe short of the next event */
+                last = w->cur + (int64_t)(rnd() % (uint64_t)unit);
+            } else { /* late: over pre-cascade passes, maybe over the slot start */
+                last = w->cur + (int64_t)(rnd() % (uint64_t)(width / 4 + 1));
+            }
+            if (last > b + width)
+                last = b + width;
+            model_advance(m, used, last);
+        }
+        assert_true(hwt__wheel_check(w));
+        /* How many levels does each target's timeouts sit at now? */
+        for (size_t k = 0; k < n_targets; k++) {
+            unsigned levels = 0;
+            for (size_t i = 0; i < used; i++)
+                if (m->live[i] && m->fire_tick[i] == targets[k])
+                    levels |= 1u << m->t[i].wlevel;
+            int n = __builtin_popcount(levels);
+            if (n > spread)
+                spread = n;
+        }
+    }
+    for (size_t i = 0; i < used; i++)
+        assert_true(!m->live[i] || m->fired_at[i] != -1 || m->fire_tick[i] > b + width);
+    hwt__wheel_free(&m->wheel);
+    free(m);
+    return spread;
+}
+
+static void test_same_tick_focus_level1(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 2, 4, 8, 512};
+    int best = 0;
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (int rep = 0; rep < 4; rep++) {
+            int spread = run_focus(lens[l], 1);
+            best = spread > best ? spread : best;
+        }
+    assert_true(best >= 2);
+}
+
+static void test_same_tick_focus_level2(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 2, 4, 8, 512};
+    int best = 0;
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (int rep = 0; rep < 4; rep++) {
+            int spread = run_focus(lens[l], 2);
+            best = spread > best ? spread : best;
+        }
+    assert_true(best >= 2); /* all levels at once: see the staircase */
+}
+
+static void test_same_tick_focus_level3(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 2, 4, 8};
+    int best = 0;
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (int rep = 0; rep < 3; rep++) {
+            int spread = run_focus(lens[l], 3);
+            best = spread > best ? spread : best;
+        }
+    assert_true(best >= 2);
+}
+
+/* Ticks before a level's slot start at which its pre-cascade opens (as in
+ * wheel.c: a whole block at level 1, the last quarter of the slot above). */
+static int64_t window_of(const struct hwt__wheel *w, uint32_t level)
+{
+    return level == 1 ? width_of(w, 1) : width_of(w, level) / 4;
+}
+
+/* A staircase: timeouts due at tick b (a level-`top` slot start) placed
+ * early wait at level top; at each level's pre-cascade window, down to
+ * level `bottom`, one pass moves the oldest one level down while newcomers
+ * queue at level top, so b's timeouts end up at every level top..bottom-1
+ * at once. Then cur crosses b, either pass by pass as the worker does
+ * (`late` false) or in one jump with every pre-cascade part-way (`late`
+ * true): they must run in placement order. (Level 1's window on a wheel of
+ * under 16 buckets has too few passes to leave anything behind: bottom 2.) */
+static void staircase(uint32_t wheel_len, uint32_t top, bool late)
+{
+    uint32_t bottom = wheel_len >= 16 ? 1 : 2;
+    struct model *m = model_new(wheel_len);
+    struct hwt__wheel *w = &m->wheel;
+    assert_true(top <= w->upper_levels);
+    int64_t b = 3 * width_of(w, top);
+    size_t used = 0;
+    for (int k = 0; k < 3; k++, used++)
+        model_place(m, used, b);
+    model_place(m, used++, b + 1); /* a neighbour in the same slots */
+    for (uint32_t level = top; level >= bottom; level--) {
+        int64_t open = b - window_of(w, level);
+        if (open > w->cur)
+            model_advance(m, used, open - 1);
+        /* One pass, budget 1, as if passes ran every tick (order must hold
+         * whatever the pacing): each open level moves its oldest one down. */
+        w->precascade_done = w->cur - 1;
+        size_t before = hwt__wheel_precascade(w, 1);
+        assert_true(before >= 1);
+        assert_true(hwt__wheel_check(w));
+        model_place(m, used++, b); /* a newcomer, behind those still up */
+        model_place(m, used++, b + 1);
+        assert_true(hwt__wheel_check(w));
+    }
+    unsigned levels = 0;
+    for (size_t i = 0; i < used; i++)
+        if (m->fire_tick[i] == b)
+            levels |= 1u << m->t[i].wlevel;
+    /* b's timeouts at every level bottom-1 .. top */
+    assert_int_equal(levels, ((2u << top) - 1) & ~((1u << (bottom - 1)) - 1));
+    if (late) {
+        model_advance(m, used, b + 1);
+    } else {
+        while (w->cur <= b + 1) {
+            int64_t next = hwt__wheel_next_event(w);
+            model_advance(m, used, next < b + 1 ? next : b + 1);
+            hwt__wheel_precascade(w, 1);
+            assert_true(hwt__wheel_check(w));
+        }
+    }
+    assert_true(hwt__wheel_check(w));
+    for (size_t i = 0; i < used; i++)
+        assert_true(m->fired_at[i] == m->fire_tick[i]);
+    assert_int_equal(w->count, 0);
+    hwt__wheel_free(&m->wheel);
+    free(m);
+}
+
+static void test_same_tick_staircase(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 2, 4, 8, 16, 64, 512};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (uint32_t top = lens[l] >= 16 ? 1 : 2; top <= 3; top++) {
+            staircase(lens[l], top, false);
+            staircase(lens[l], top, true);
+        }
+}
+
+/* Timeouts still in the level-k slot starting at `tick` (0 if none starts). */
+static size_t left_at_start(const struct hwt__wheel *w, uint32_t k, int64_t tick)
+{
+    uint32_t shift = w->bits0 + HWT_LEVEL_BITS * (k - 1);
+    if (((uint64_t)tick & (((uint64_t)1 << shift) - 1)) != 0)
+        return 0;
+    int parity = (int)(((uint64_t)tick >> (shift + HWT_LEVEL_BITS)) & 1);
+    return w->upper_count[k - 1][parity][((uint64_t)tick >> shift) & (HWT_LEVEL_SLOTS - 1)];
+}
+
+/* Big level-2 and level-3 slots, driven as the worker drives the wheel:
+ * the first wake-up is when a pre-cascade window opens, every slot is empty
+ * when cur reaches its start (all moved ahead of time), and no pass moves
+ * more than a few budgets. */
+static void test_precascade_spreads_every_level(void **state)
+{
+    (void)state;
+    const size_t budget = 2; /* below the rate needed: the pacing must add */
+    struct model *m = model_new(64);
+    struct hwt__wheel *w = &m->wheel;
+    int64_t w2 = width_of(w, 2), w3 = width_of(w, 3);
+    size_t used = 0;
+    /* Slot 2 (slot 1 is the next range of the level below). */
+    for (; used < 3000; used++)
+        model_place(m, used, 2 * w2 + (int64_t)(rnd() % (uint64_t)w2));
+    for (; used < 4000; used++)
+        model_place(m, used, 2 * w3 + (int64_t)(rnd() % (uint64_t)w3));
+    assert_true(m->t[0].wlevel == 2 && m->t[3999].wlevel == 3);
+    assert_int_equal(hwt__wheel_next_event(w), 2 * w2 - window_of(w, 2));
+    /* Woken for something else before the window opens: nothing moves yet
+     * (a timer holding far timeouts stays idle). */
+    model_advance(m, used, w2 + 5);
+    assert_int_equal(hwt__wheel_precascade(w, budget), 0);
+    size_t max_moved = 0;
+    for (;;) {
+        int64_t next = hwt__wheel_next_event(w);
+        if (next == INT64_MAX)
+            break;
+        for (uint32_t k = 1; k <= 3; k++)
+            assert_int_equal(left_at_start(w, k, next), 0);
+        model_advance(m, used, next);
+        size_t moved = hwt__wheel_precascade(w, budget);
+        max_moved = moved > max_moved ? moved : max_moved;
+        if (rnd() % 64 == 0)
+            assert_true(hwt__wheel_check(w));
+    }
+    for (size_t i = 0; i < used; i++)
+        assert_true(m->fired_at[i] == m->fire_tick[i]);
+    assert_true(max_moved <= 6 * budget); /* unspread: 1000 at once */
+    hwt__wheel_free(&m->wheel);
+    free(m);
+}
+
+/* Deadlines near the end of time, from cur 0, driven as the worker drives
+ * the wheel: each runs at its tick, in order, after a few wake-ups per level
+ * (the jumps are O(1)); INT64_MAX ("never") stays linked. */
+static void test_huge_deadlines(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 2, 4, 512, 4096};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+        struct model *m = model_new(lens[l]);
+        struct hwt__wheel *w = &m->wheel;
+        const int64_t deadlines[] = {INT64_MAX,        INT64_MAX - 1,          (int64_t)1 << 62,
+                                     INT64_MAX - 1,    ((int64_t)1 << 62) + 1, INT64_MAX - 2,
+                                     (int64_t)1 << 62, INT64_MAX / 64 * 63,    INT64_MAX};
+        size_t used = sizeof deadlines / sizeof *deadlines;
+        for (size_t i = 0; i < used; i++)
+            model_place(m, i, deadlines[i]);
+        assert_true(hwt__wheel_check(w));
+        int wakeups = 0;
+        for (;;) {
+            int64_t next = hwt__wheel_next_event(w);
+            if (next > INT64_MAX - 1)
+                break;
+            model_advance(m, used, next);
+            hwt__wheel_precascade(w, 512);
+            assert_true(hwt__wheel_check(w));
+            wakeups++;
+            assert_true(wakeups < 60); /* a few per level */
+        }
+        for (size_t i = 0; i < used; i++)
+            assert_true(deadlines[i] == INT64_MAX ? m->live[i] && m->fired_at[i] == -1
+                                                  : m->fired_at[i] == deadlines[i]);
+        assert_int_equal(w->count, 2);
+        hwt__wheel_free(&m->wheel);
+        free(m);
+    }
 }
 
 static void count_expire(void *ctx, hwt_timeout *t)
@@ -179,11 +520,13 @@ static void test_far_timeout_not_rescanned(void **state)
         assert_true(next <= 60000);
         wakeups++;
         hwt__wheel_advance(&w, next, count_expire, &fired);
+        hwt__wheel_precascade(&w, 512); /* as the worker does each pass */
         assert_true(hwt__wheel_check(&w));
     }
     assert_int_equal(fired, 1);
     assert_int_equal(w.cur, 60001);
-    /* one wake per level it falls through plus its own tick; far fewer than 117 */
+    /* one wake per level it falls through (its pre-cascade) plus its own
+     * tick; far fewer than 117 */
     assert_true(wakeups <= 4);
     hwt__wheel_free(&w);
 }
@@ -223,9 +566,17 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wheel_1),
         cmocka_unit_test(test_wheel_2),
+        cmocka_unit_test(test_wheel_4),
         cmocka_unit_test(test_wheel_8),
         cmocka_unit_test(test_wheel_64),
         cmocka_unit_test(test_wheel_512),
+        cmocka_unit_test(test_wheel_huge_cur),
+        cmocka_unit_test(test_same_tick_focus_level1),
+        cmocka_unit_test(test_same_tick_focus_level2),
+        cmocka_unit_test(test_same_tick_focus_level3),
+        cmocka_unit_test(test_same_tick_staircase),
+        cmocka_unit_test(test_precascade_spreads_every_level),
+        cmocka_unit_test(test_huge_deadlines),
         cmocka_unit_test(test_far_timeout_not_rescanned),
         cmocka_unit_test(test_same_tick_order_across_levels),
     };
