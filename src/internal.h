@@ -26,7 +26,10 @@
 
 #define HWT_MAX_LIVE_TIMERS 64
 #define HWT_CANCEL_LATENCY_MIN_NS (100 * INT64_C(1000000)) /* 100 ms */
-#define HWT_BACKLOG_KICK 4096 /* queued timeouts that make a producer wake the worker */
+/* Queued timeouts that make a producer wake the worker (at most half a
+ * transfer budget, so one pass takes them all): fewer wake-ups while threads
+ * schedule flat out, and a pass short enough (~0.5 ms) not to delay a tick. */
+#define HWT_BACKLOG_KICK 16384
 
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
 enum {
@@ -116,6 +119,7 @@ struct hwt_timer {
     int64_t cancel_latency_ns; /* max(tick, 100 ms) */
     int64_t max_pending;       /* <= 0: unlimited */
     uint32_t max_transfers;
+    uint32_t backlog_kick;     /* min(HWT_BACKLOG_KICK, max_transfers / 2), >= 1 */
     hwt_sleep_mode sleep_mode;
     const pthread_attr_t *thread_attr;
     char thread_name[16];

@@ -71,7 +71,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
     if (scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed) >=
-        HWT_BACKLOG_KICK)
+        timer->backlog_kick)
         hwt__kick(timer);
 }
 
