@@ -10,6 +10,9 @@
  * must never pass work. Focused runs pile timeouts due at the same few ticks
  * around a level-1, -2 or -3 slot start while pre-cascades run part-way, so
  * a tick's timeouts wait at several levels at once.
+ *
+ * HWT_WHEEL_SEED=N (N != 0) runs the same tests on another random sequence:
+ *   for s in $(seq 1 200); do HWT_WHEEL_SEED=$s build/tests/itest_wheel || break; done
  */
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +566,11 @@ static void test_same_tick_order_across_levels(void **state)
 int main(void)
 {
     hwtt_watchdog(150);
+    const char *seed = getenv("HWT_WHEEL_SEED");
+    if (seed != NULL && strtoull(seed, NULL, 10) != 0) {
+        rng_state = strtoull(seed, NULL, 10) * UINT64_C(0x9E3779B97F4A7C15);
+        print_message("HWT_WHEEL_SEED=%s\n", seed);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wheel_1),
         cmocka_unit_test(test_wheel_2),
