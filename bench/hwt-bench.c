@@ -655,24 +655,32 @@ static void w_expire(const struct config *c)
     size_t early = 0;
     int64_t *late = xmalloc(ph.n * sizeof *late);
     double sum = 0;
+    size_t worst = 0;
     for (size_t i = 0; i < ph.n; i++) {
         if (ran_at[i] > last)
             last = ran_at[i];
         late[i] = ran_at[i] - (ph.sched_at[i] + delays[i]);
         early += late[i] < 0;
+        if (late[i] > late[worst])
+            worst = i;
         sum += (double)late[i];
     }
+    /* When the worst one was due, from the first schedule: in the burst of
+     * scheduling (CPU share) or later (a stall). */
+    int64_t worst_due = ph.sched_at[worst] + delays[worst] - t0;
     qsort(late, ph.n, sizeof *late, cmp_i64);
     if (c->dump != NULL)
         write_dump(c->dump, late, ph.n);
 
     put_params(c);
     put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
-        "p999_us=%.1f max_us=%.1f mean_us=%.1f early=%zu stats_late_max_us=%.1f wakeups=%" PRIu64,
+        "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu stats_late_max_us=%.1f "
+        "wakeups=%" PRIu64,
         c->span_ms, (double)(last - t0) / 1e6, (double)wall / (double)ph.n,
         (double)percentile(late, ph.n, 50) / 1e3, (double)percentile(late, ph.n, 90) / 1e3,
         (double)percentile(late, ph.n, 99) / 1e3, (double)percentile(late, ph.n, 99.9) / 1e3,
-        (double)late[ph.n - 1] / 1e3, sum / (double)ph.n / 1e3, early, (double)st.late_max_ns / 1e3,
+        (double)late[ph.n - 1] / 1e3, (double)worst_due / 1e6, sum / (double)ph.n / 1e3, early,
+        (double)st.late_max_ns / 1e3,
         st.wakeups);
     free(late);
     free(ran_at);

@@ -438,14 +438,19 @@ public final class HwtBench {
         long last = Long.MIN_VALUE, early = 0;
         double sum = 0;
         long[] late = new long[n];
+        int worst = 0;
         for (int i = 0; i < n; i++) {
             last = Math.max(last, ranAt[i]);
             late[i] = ranAt[i] - (schedAt[i] + delays[i]);
             if (late[i] < 0) {
                 early++;
             }
+            if (late[i] > late[worst]) {
+                worst = i;
+            }
             sum += late[i];
         }
+        long worstDue = schedAt[worst] + delays[worst] - t0;
         Arrays.sort(late);
         if (c.dump != null) {
             try (BufferedWriter w = new BufferedWriter(new FileWriter(c.dump), 1 << 16)) {
@@ -459,7 +464,8 @@ public final class HwtBench {
             + f1((double) wall / n) + " p50_us=" + f1(percentile(late, 50) / 1e3) + " p90_us="
             + f1(percentile(late, 90) / 1e3) + " p99_us=" + f1(percentile(late, 99) / 1e3)
             + " p999_us=" + f1(percentile(late, 99.9) / 1e3) + " max_us=" + f1(late[n - 1] / 1e3)
-            + " mean_us=" + f1(sum / n / 1e3) + " early=" + early);
+            + " max_due_ms=" + f1(worstDue / 1e6) + " mean_us=" + f1(sum / n / 1e3) + " early="
+            + early);
     }
 
     static final class Sample {
