@@ -297,43 +297,39 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
     return spread;
 }
 
+/* The widest spread of one tick's timeouts over levels seen in `reps` focus
+ * runs per wheel length, around slot starts of `level`. */
+static int best_focus_spread(const uint32_t *lens, size_t n_lens, int reps, uint32_t level)
+{
+    int best = 0;
+    for (size_t l = 0; l < n_lens; l++)
+        for (int rep = 0; rep < reps; rep++) {
+            int spread = run_focus(lens[l], level);
+            best = spread > best ? spread : best;
+        }
+    return best;
+}
+
 static void test_same_tick_focus_level1(void **state)
 {
     (void)state;
     const uint32_t lens[] = {1, 2, 4, 8, 512};
-    int best = 0;
-    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
-        for (int rep = 0; rep < 4; rep++) {
-            int spread = run_focus(lens[l], 1);
-            best = spread > best ? spread : best;
-        }
-    assert_true(best >= 2);
+    assert_true(best_focus_spread(lens, sizeof lens / sizeof *lens, 4, 1) >= 2);
 }
 
 static void test_same_tick_focus_level2(void **state)
 {
     (void)state;
     const uint32_t lens[] = {1, 2, 4, 8, 512};
-    int best = 0;
-    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
-        for (int rep = 0; rep < 4; rep++) {
-            int spread = run_focus(lens[l], 2);
-            best = spread > best ? spread : best;
-        }
-    assert_true(best >= 2); /* all levels at once: see the staircase */
+    /* all levels at once: see the staircase */
+    assert_true(best_focus_spread(lens, sizeof lens / sizeof *lens, 4, 2) >= 2);
 }
 
 static void test_same_tick_focus_level3(void **state)
 {
     (void)state;
     const uint32_t lens[] = {1, 2, 4, 8};
-    int best = 0;
-    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
-        for (int rep = 0; rep < 3; rep++) {
-            int spread = run_focus(lens[l], 3);
-            best = spread > best ? spread : best;
-        }
-    assert_true(best >= 2);
+    assert_true(best_focus_spread(lens, sizeof lens / sizeof *lens, 3, 3) >= 2);
 }
 
 /* Ticks before a level's slot start at which its pre-cascade opens (as in
