@@ -486,6 +486,25 @@ size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget)
     return moved;
 }
 
+/* Unlinks every timeout of bucket b (its occupancy bit is the caller's) and
+ * hands each to fn, in link order. */
+static void drain_bucket(struct hwt__wheel *wheel, struct hwt__bucket *b,
+                         void (*fn)(void *ctx, hwt_timeout *timeout), void *ctx)
+{
+    struct hwt__link *node = bucket_take(b);
+    if (fn == NULL) /* hwt__wheel_clear: each was forgotten already */
+        return;
+    while (node != NULL) {
+        struct hwt__link *next = node->next;
+        hwt_timeout *t = hwt__timeout_of_link(node);
+        node->next = node->prev = NULL;
+        t->wflags &= (uint8_t)~HWT_W_LINKED;
+        wheel->count--;
+        fn(ctx, t);
+        node = next;
+    }
+}
+
 void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last,
                         void (*expire)(void *ctx, hwt_timeout *timeout), void *ctx)
 {
@@ -501,35 +520,9 @@ void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last,
         if (event != wheel->cur)
             enter_tick(wheel, event);
         struct slot_ref ref = slot_at(wheel, 0, event);
-        struct hwt__link *node = bucket_take(ref.bucket);
         *ref.occ_word &= ~ref.occ_bit;
-        while (node != NULL) {
-            struct hwt__link *next = node->next;
-            hwt_timeout *t = hwt__timeout_of_link(node);
-            node->next = node->prev = NULL;
-            t->wflags &= (uint8_t)~HWT_W_LINKED;
-            wheel->count--;
-            expire(ctx, t);
-            node = next;
-        }
+        drain_bucket(wheel, ref.bucket, expire, ctx);
         enter_tick(wheel, event + 1);
-    }
-}
-
-static void drain_bucket(struct hwt__wheel *wheel, struct hwt__bucket *b,
-                         void (*fn)(void *ctx, hwt_timeout *timeout), void *ctx)
-{
-    struct hwt__link *node = bucket_take(b);
-    if (fn == NULL) /* hwt__wheel_clear: each was forgotten already */
-        return;
-    while (node != NULL) {
-        struct hwt__link *next = node->next;
-        hwt_timeout *t = hwt__timeout_of_link(node);
-        node->next = node->prev = NULL;
-        t->wflags &= (uint8_t)~HWT_W_LINKED;
-        wheel->count--;
-        fn(ctx, t);
-        node = next;
     }
 }
 
