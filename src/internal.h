@@ -207,6 +207,9 @@ void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
 
 /* stopset.c */
+/* Makes room for n at once when the set is empty (best effort: 1M
+ * timeouts take one allocation instead of ten, and no copies). */
+void hwt__stopset_reserve(struct hwt__stopset *set, size_t n);
 void hwt__stopset_add(struct hwt__stopset *set, hwt_timeout *timeout);
 size_t hwt__stopset_size(const struct hwt__stopset *set);
 /* Hands everything over as one array (NULL if empty): 0 or HWT_ENOMEM. */

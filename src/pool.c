@@ -36,9 +36,8 @@ struct mag {
 struct thread_cache {
     hwt_timer *timer;
     struct mag loaded, spare;
-    /* Never used timeouts, consecutive in memory: taken in order, one
-     * write each, instead of being chained first (which wrote every cold
-     * cache line twice: ~30 -> ~? ns per schedule on a growing pool). */
+    /* Never used timeouts, consecutive in memory, taken in order: one write
+     * each. (Chaining them first wrote every cold cache line twice.) */
     hwt_timeout *fresh;
     size_t fresh_count;
 };

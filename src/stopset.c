@@ -13,6 +13,18 @@
 #include "alloc.h"
 #include "internal.h"
 
+void hwt__stopset_reserve(struct hwt__stopset *set, size_t n)
+{
+    if (set->count != 0 || set->cap >= n || set->overflow != NULL)
+        return;
+    hwt_timeout **array = hwt__malloc(HWT_SITE_STOP_LIST, n * sizeof *array);
+    if (array == NULL)
+        return; /* add grows it step by step, or chains */
+    hwt__free(set->array);
+    set->array = array;
+    set->cap = n;
+}
+
 void hwt__stopset_add(struct hwt__stopset *set, hwt_timeout *t)
 {
     if (set->count == set->cap && set->overflow == NULL) {
