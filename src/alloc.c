@@ -51,7 +51,7 @@ void hwt__free(void *p)
     free(p);
 }
 
-void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment, int huge_pages)
+void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment)
 {
     if (should_fail(site))
         return NULL;
@@ -64,12 +64,6 @@ void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment, int 
         munmap(raw, (size_t)(p - raw));
     if (p + size < raw + span)
         munmap(p + size, (size_t)(raw + span - (p + size)));
-#ifdef MADV_HUGEPAGE
-    if (huge_pages)
-        madvise(p, size, MADV_HUGEPAGE);
-#else
-    (void)huge_pages;
-#endif
     /* The pool hands out every page of a region soon: fault them in with one
      * call instead of a trap per 4 KiB page, which costs several us in some
      * VMs (`hwt-bench schedule` on a 2-vCPU VM: ~190 -> ~70 ns per schedule).

@@ -28,9 +28,9 @@ void *hwt__aligned_alloc(hwt__alloc_site site, size_t alignment, size_t size);
 void hwt__free(void *p);
 
 /* Page-backed memory aligned to `alignment` (a power of two >= the page
- * size); with huge_pages, backed by transparent huge pages where available.
+ * size), its pages already faulted in where the kernel can (Linux 5.14+).
  * Release with hwt__unmap(p, size). */
-void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment, int huge_pages);
+void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment);
 void hwt__unmap(void *p, size_t size);
 
 #endif

@@ -97,9 +97,12 @@ static struct mag depot_pop(hwt_timer *timer, bool *fresh)
 /* ---------------------------------------------------------------- chunks */
 
 /* Timeout memory comes in regions of 16 KiB chunks, each region twice the
- * last up to 2 MiB: a small timer stays small, a big one takes few page
- * faults (2 MiB regions are backed by transparent huge pages). Each chunk is
- * a fresh run: the caller's cache gets the first, the depot the rest. */
+ * last up to 2 MiB: a small timer stays small, a big one maps few regions.
+ * Each chunk is a fresh run: the caller's cache gets the first, the depot
+ * the rest. No transparent huge pages: with 2 MiB-aligned regions and
+ * MADV_HUGEPAGE, `hwt-bench schedule` was ~20% faster but the expire
+ * workload's lateness p99 doubled (1.3-2.0 -> 1.9-4.4 ms), the producers
+ * clearing huge pages while the worker is due. */
 #define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
 #define MAX_REGION_BYTES (UINT64_C(2) << 20)
 
@@ -109,11 +112,7 @@ static struct mag grow_timeouts(hwt_timer *timer)
     size_t bytes = atomic_load_explicit(&timer->pool.next_region_bytes, memory_order_relaxed);
     if (bytes == 0)
         bytes = FIRST_REGION_BYTES;
-    /* A huge page needs its 2 MiB aligned, or the kernel backs it with 4 KiB
-     * pages (each 4 KiB page's first touch costs ~2 us in some VMs). */
-    bool huge = bytes == MAX_REGION_BYTES;
-    char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes,
-                                    huge ? MAX_REGION_BYTES : HWT_TIMEOUT_CHUNK_BYTES, huge);
+    char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
     if (region == NULL)
         return first;
     atomic_store_explicit(&timer->pool.next_region_bytes,
@@ -277,13 +276,6 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
         t = c->fresh++;
         c->fresh_count--;
     }
-    /* The next one's line is likely cold: start fetching it for writing now,
-     * so the next schedule's stores (and its locked ops, which wait for them)
-     * do not wait for memory. */
-    if (m->count > 0)
-        __builtin_prefetch(object_of(m->first), 1);
-    else if (c->fresh_count > 0)
-        __builtin_prefetch(c->fresh, 1);
     memset(t, 0, sizeof *t);
     return t;
 }
