@@ -1,0 +1,182 @@
+/*
+ * test_pool.c - the timeout pool (pool.c): never used timeouts are handed
+ * out in memory order from fresh runs, recycled ones from magazines; a
+ * thread that exits gives both back, and nothing is ever handed out twice.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+static void noop(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+/* A timer's first region is one chunk: this many timeouts. */
+static size_t first_region_capacity(void)
+{
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+    size_t n = hwt__pool_capacity(&timer->pool);
+    hwtt_destroy(timer);
+    return n;
+}
+
+struct sched_job {
+    hwt_timer *timer;
+    size_t n;
+    hwt_timeout **out; /* n handles, or NULL for none */
+    hwtt_rec *rec;     /* counts cancelled callbacks, or NULL for none */
+    int failures;
+};
+
+static void *schedule_n(void *p)
+{
+    struct sched_job *job = p;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout_task(job->timer, &hwtt_rec_task, job->rec, 1, HWT_HOURS,
+                                 job->out != NULL ? &job->out[i] : NULL) != 0)
+            job->failures++;
+    return NULL;
+}
+
+/* Runs schedule_n on a thread of its own, which then exits. */
+static void schedule_on_thread(struct sched_job *job)
+{
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, schedule_n, job), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(job->failures, 0);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Fails if any two of the n pointers are equal. */
+static void assert_distinct(hwt_timeout **list, size_t n)
+{
+    hwt_timeout **sorted = malloc(n * sizeof *sorted);
+    assert_non_null(sorted);
+    memcpy(sorted, list, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_ptr);
+    for (size_t i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1])
+            fail_msg("timeout %p handed out twice", (void *)sorted[i]);
+    free(sorted);
+}
+
+/* A thread that used 10 timeouts of a fresh run and exited gives the rest
+ * back: a second thread takes them without the pool growing. */
+static void test_exiting_thread_gives_its_fresh_run_back(void **state)
+{
+    (void)state;
+    size_t chunk = first_region_capacity();
+    assert_true(chunk > 20);
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+
+    hwtt_rec rec = {0};
+    struct sched_job a = {timer, 10, NULL, &rec, 0};
+    schedule_on_thread(&a);
+    assert_int_equal(hwt__pool_capacity(&timer->pool), chunk);
+    struct sched_job b = {timer, chunk - 10, NULL, &rec, 0};
+    schedule_on_thread(&b);
+    assert_int_equal(hwt__pool_capacity(&timer->pool), chunk); /* no growth */
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, chunk);
+    assert_distinct(list, count);
+    hwt_timeouts_release(list, count);
+    hwtt_destroy(timer);
+}
+
+/* Recycled and fresh timeouts mixed, from two threads: every live timeout is
+ * a distinct object, and a stop hands back exactly the live ones. */
+static void test_nothing_is_handed_out_twice(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timeout **first = calloc(2 * N, sizeof *first);
+    hwt_timeout **second = calloc(2 * N, sizeof *second);
+    assert_non_null(first);
+    assert_non_null(second);
+
+    hwtt_rec rec = {0};
+    struct sched_job jobs[2] = {{timer, N, first, &rec, 0}, {timer, N, first + N, &rec, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_n, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(jobs[0].failures + jobs[1].failures, 0);
+    assert_distinct(first, 2 * N);
+
+    /* Cancel every other one and let go of it: back to the pool once the
+     * worker has called its cancelled callback and taken it off the queue. */
+    size_t live = 0;
+    for (size_t i = 0; i < 2 * N; i++) {
+        if (i % 2 == 0) {
+            assert_true(hwt_timeout_cancel(first[i]));
+            hwt_timeout_release(first[i]);
+        } else {
+            first[live++] = first[i];
+        }
+    }
+    assert_int_equal(hwt_pending_timeouts(timer), N);
+    assert_true(
+        hwtt_wait_until(atomic_load(&rec.cb) == N && atomic_load(&timer->transferred) == 2 * N,
+                        hwtt_slack_ms(2000)));
+
+    struct sched_job again[2] = {{timer, N, second, NULL, 0}, {timer, N, second + N, NULL, 0}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_n, &again[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(again[0].failures + again[1].failures, 0);
+
+    hwt_timeout **all = malloc(3 * N * sizeof *all);
+    assert_non_null(all);
+    memcpy(all, first, live * sizeof *all);
+    memcpy(all + live, second, 2 * N * sizeof *all);
+    assert_distinct(all, live + 2 * N);
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, live + 2 * N);
+    qsort(all, count, sizeof *all, cmp_ptr); /* the same set: both sorted */
+    qsort(list, count, sizeof *list, cmp_ptr);
+    assert_memory_equal(all, list, count * sizeof *list);
+
+    hwt_timeouts_release(list, count);
+    for (size_t i = 0; i < live; i++)
+        hwt_timeout_release(first[i]);
+    for (size_t i = 0; i < 2 * N; i++)
+        hwt_timeout_release(second[i]);
+    free(all);
+    free(first);
+    free(second);
+    hwtt_destroy(timer);
+}
+
+int main(void)
+{
+    hwtt_watchdog(120);
+    hwtt_apply_filters();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
