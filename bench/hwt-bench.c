@@ -638,6 +638,10 @@ static void w_expire(const struct config *c)
     prefault(ph.sched_at, ph.n * sizeof *ph.sched_at);
     prefault(ran_at, ph.n * sizeof *ran_at);
     atomic_store(&ran_count, 0);
+    pid_t wtid = worker_tid();
+    int64_t cpu0 = thread_cpu_ns(wtid);
+    long long vol0, invol0, vol1, invol1;
+    thread_ctxsw(wtid, &vol0, &invol0);
 
     int64_t t0 = now_ns();
     int64_t wall = run_phase(&ph, schedule_recorded);
@@ -647,6 +651,8 @@ static void w_expire(const struct config *c)
             die("%s: only %zu of %zu tasks ran", c->workload, atomic_load(&ran_count), ph.n);
         sleep_ns(MS_NS);
     }
+    int64_t cpu1 = thread_cpu_ns(wtid);
+    thread_ctxsw(wtid, &vol1, &invol1);
     hwt_stats st;
     hwt_timer_stats(timer, &st);
     hwt_timer_destroy(timer);
@@ -675,13 +681,14 @@ static void w_expire(const struct config *c)
     put_params(c);
     put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
         "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu stats_late_max_us=%.1f "
-        "wakeups=%" PRIu64,
+        "wakeups=%" PRIu64 " worker_cpu_ms=%.1f worker_ivcsw=%lld",
         c->span_ms, (double)(last - t0) / 1e6, (double)wall / (double)ph.n,
         (double)percentile(late, ph.n, 50) / 1e3, (double)percentile(late, ph.n, 90) / 1e3,
         (double)percentile(late, ph.n, 99) / 1e3, (double)percentile(late, ph.n, 99.9) / 1e3,
         (double)late[ph.n - 1] / 1e3, (double)worst_due / 1e6, sum / (double)ph.n / 1e3, early,
-        (double)st.late_max_ns / 1e3,
-        st.wakeups);
+        (double)st.late_max_ns / 1e3, st.wakeups,
+        cpu0 >= 0 && cpu1 >= 0 ? (double)(cpu1 - cpu0) / 1e6 : -1.0,
+        invol0 >= 0 && invol1 >= 0 ? invol1 - invol0 : -1LL);
     free(late);
     free(ran_at);
     free(ph.sched_at);
