@@ -101,8 +101,8 @@ static struct mag depot_pop(hwt_timer *timer, bool *fresh)
  * Each chunk is a fresh run: the caller's cache gets the first, the depot
  * the rest. No transparent huge pages: with 2 MiB-aligned regions and
  * MADV_HUGEPAGE, `hwt-bench schedule` was ~20% faster but the expire
- * workload's lateness p99 doubled (1.3-2.0 -> 1.9-4.4 ms), the producers
- * clearing huge pages while the worker is due. */
+ * workload's lateness p99 doubled (1.3-2.0 -> 1.9-4.4 ms; most likely the
+ * producers clearing huge pages in the kernel while the worker is due). */
 #define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
 #define MAX_REGION_BYTES (UINT64_C(2) << 20)
 
