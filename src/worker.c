@@ -206,7 +206,13 @@ static void run_loop(hwt_timer *timer)
         uint32_t key = atomic_load(&timer->wake_seq);
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;
-        bool work_waiting = cancels_waiting(timer) || (!more_queued && timeouts_waiting(timer));
+        /* Cancellations that came in since process_cancels can wait for the
+         * planned wake-up when it is soon enough (SPEC: within max(tick,
+         * 100 ms)): looping for them would keep the worker busy, competing
+         * with the cancelling threads for CPUs and cache lines, for as long
+         * as they cancel (`hwt-bench cancel`: ~22 -> ~12 ns per cancel). */
+        bool work_waiting =
+            (!soon && cancels_waiting(timer)) || (!more_queued && timeouts_waiting(timer));
         if (!work_waiting) {
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);

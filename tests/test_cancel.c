@@ -195,6 +195,59 @@ static void test_cancelled_callback_idle_500ms_tick(void **state)
     cancel_while_idle(500, HWT_MILLISECONDS, 500);
 }
 
+/* A steady stream of cancels (one every 100 us for 200 ms) while the worker
+ * has nothing due for an hour: each cancelled callback still comes within
+ * max(tick, 100 ms) of its cancel (plus a generous margin), although the
+ * worker no longer loops while cancels keep coming in: it processes them at
+ * the wake-up it planned within that bound. */
+enum { STREAM_N = 2000 };
+static _Atomic int64_t stream_cancelled_at[STREAM_N];
+static atomic_int stream_called;
+
+static void stream_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_store(&stream_cancelled_at[(uintptr_t)arg], hwtt_now_ns());
+    atomic_fetch_add(&stream_called, 1);
+}
+
+static void test_cancelled_callbacks_in_time_under_a_stream(void **state)
+{
+    (void)state;
+    static const hwt_task task = {.run = rec_run, .cancelled = stream_cancelled};
+    static int64_t cancelled_at[STREAM_N];
+    static hwt_timeout *h[STREAM_N];
+    atomic_store(&stream_called, 0);
+    hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 512);
+    for (uintptr_t i = 0; i < STREAM_N; i++)
+        assert_int_equal(hwt_new_timeout_task(t, &task, (void *)i, 1, HWT_HOURS, &h[i]), 0);
+    for (int i = 0; i < STREAM_N; i++) {
+        cancelled_at[i] = hwtt_now_ns();
+        assert_true(hwt_timeout_cancel(h[i]));
+        hwtt_sleep_us(100);
+    }
+    assert_int_equal(hwt_pending_timeouts(t), 0);
+    bool all = hwtt_wait_until(atomic_load(&stream_called) == STREAM_N, hwtt_slack_ms(5000));
+    int64_t worst_ms = 0;
+    int worst = 0;
+    for (int i = 0; i < STREAM_N; i++) {
+        int64_t at = atomic_load(&stream_cancelled_at[i]);
+        int64_t ms = at == 0 ? INT64_MAX : (at - cancelled_at[i]) / 1000000;
+        if (ms > worst_ms) {
+            worst_ms = ms;
+            worst = i;
+        }
+    }
+    stop_expect_empty(t);
+    for (int i = 0; i < STREAM_N; i++)
+        hwt_timeout_release(h[i]);
+    if (!all)
+        fail_msg("%d of %d cancelled callbacks called", atomic_load(&stream_called), STREAM_N);
+    print_message("  stream of %d cancels: worst callback %lld ms after its cancel (#%d)\n",
+                  STREAM_N, (long long)worst_ms, worst);
+    assert_true(worst_ms <= 100 + hwtt_slack_ms(400));
+}
+
 /* -------------------------------------------- pending and max_pending */
 
 static void test_pending_drops_when_cancel_returns(void **state)
@@ -515,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_cancelled_callback_idle_100us_tick),
         cmocka_unit_test(test_cancelled_callback_idle_100ms_tick),
         cmocka_unit_test(test_cancelled_callback_idle_500ms_tick),
+        cmocka_unit_test(test_cancelled_callbacks_in_time_under_a_stream),
         cmocka_unit_test(test_pending_drops_when_cancel_returns),
         cmocka_unit_test(test_max_pending_frees_at_once),
         cmocka_unit_test(test_cancel_from_task_same_tick),
