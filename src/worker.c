@@ -170,17 +170,38 @@ static void expire(void *ctx, hwt_timeout *t)
  * "spreading the cascades"); more only to finish in time. */
 #define PRECASCADE_BUDGET 512
 
+/* Cancellations found waiting after a sleep that was not planned to end
+ * within the cancel latency: the first canceller since woke us, right after
+ * its push. Their processing can wait, up to the end of the tick returned
+ * (at most half the latency from now), so that a burst of cancels is not
+ * processed while the cancelling threads still run; the cancellers that
+ * follow see a wake-up planned soon and do not wake us. A cancel is then
+ * processed within the latency as long as our wake-up took less than half
+ * of it. The rest of the pass (transfer, expiry) is not deferred. -1: no
+ * waiting (process now). */
+static int64_t cancels_can_wait_until(hwt_timer *timer, int64_t now, int64_t last_elapsed)
+{
+    int64_t until = (now + timer->cancel_latency_ns / 2) / timer->tick_ns - 1;
+    return until > last_elapsed && cancels_waiting(timer) ? until : -1;
+}
+
 static void run_loop(hwt_timer *timer)
 {
     struct hwt__wheel *wheel = &timer->wheel;
     const int64_t tick = timer->tick_ns;
+    bool slept_soon = true;    /* the last sleep was planned within the latency */
+    int64_t cancels_wait = -1; /* cancels wait until this tick's end (-1: none) */
 
     while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
         int64_t now = hwt__rel_now(timer);
-        size_t cancels = process_cancels(timer);
+        int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
+        if (cancels_wait < 0 && !slept_soon)
+            cancels_wait = cancels_can_wait_until(timer, now, last_elapsed);
+        if (cancels_wait >= 0 && cancels_wait <= last_elapsed)
+            cancels_wait = -1;
+        size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
         uint32_t moved = transfer(timer, timer->max_transfers);
         hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
-        int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
         if (last_elapsed >= wheel->cur)
             hwt__wheel_advance(wheel, last_elapsed, expire, timer);
 
@@ -197,8 +218,11 @@ static void run_loop(hwt_timer *timer)
             if (cap < next)
                 next = cap;
         }
+        if (cancels_wait >= 0 && cancels_wait < next)
+            next = cancels_wait;
         int64_t wake_rel = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, tick);
         bool soon = wake_rel - now <= timer->cancel_latency_ns;
+        slept_soon = soon;
 
         atomic_store(&timer->wake_before, next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, tick));
         atomic_store(&timer->cancel_watch, soon);
