@@ -192,6 +192,16 @@ static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
         atomic_fetch_sub_explicit(&timer->pending, n, memory_order_relaxed);
 }
 
+/* New timeouts queued and not yet taken by the worker (cancelled ones
+ * included): a snapshot, exact only when no producer is running. */
+static inline uint64_t hwt__queued_count(hwt_timer *timer)
+{
+    uint64_t scheduled = 0;
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
+    return scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
+}
+
 /* Nanoseconds since the worker started (callers: after the start latch). */
 static inline int64_t hwt__rel_now(const hwt_timer *timer)
 {

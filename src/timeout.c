@@ -67,11 +67,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
     if (++schedules_since_check < BACKLOG_CHECK_EVERY)
         return;
     schedules_since_check = 0;
-    uint64_t scheduled = 0;
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
-    if (scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed) >=
-        timer->backlog_kick)
+    if (hwt__queued_count(timer) >= timer->backlog_kick)
         hwt__kick(timer);
 }
 

@@ -304,21 +304,12 @@ static void drain_wheel(hwt_timer *timer)
     }
 }
 
-/* How many timeouts the drain may take at most: the wheel's and the
- * queues' (cancelled ones included). */
-static size_t held_count(hwt_timer *timer)
-{
-    uint64_t scheduled = 0;
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
-    return timer->wheel.count +
-           (size_t)(scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed));
-}
-
 static void final_drain(hwt_timer *timer)
 {
     wait_for_producers(timer);
-    hwt__stopset_reserve(&timer->stopped_set, held_count(timer));
+    /* At most what the wheel and the queues hold. */
+    hwt__stopset_reserve(&timer->stopped_set,
+                         timer->wheel.count + (size_t)hwt__queued_count(timer));
     drain_wheel(timer);
     hwt_timeout *t;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
