@@ -33,12 +33,14 @@
 
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
 enum {
-    HWT_TO_INIT = 0,       /* pending */
-    HWT_TO_CANCELLED = 1,  /* cancelled by hwt_timeout_cancel or by a stop */
-    HWT_TO_EXPIRED = 2,    /* taken by the worker to run */
-    HWT_TO_LIFE = 3,       /* mask of the lifecycle value */
-    HWT_TO_EXEC_ARMED = 8, /* with EXPIRED: handed to the executor, not yet run */
-    HWT_TO_PAIR = 16       /* set at creation: the task is an interned pair */
+    HWT_TO_INIT = 0,        /* pending */
+    HWT_TO_CANCELLED = 1,   /* cancelled by hwt_timeout_cancel or by a stop */
+    HWT_TO_EXPIRED = 2,     /* taken by the worker to run */
+    HWT_TO_LIFE = 3,        /* mask of the lifecycle value */
+    HWT_TO_TRANSFERRED = 4, /* set by the worker (CAS) as it moves a pending
+                               timeout from the queue into the wheel */
+    HWT_TO_EXEC_ARMED = 8,  /* with EXPIRED: handed to the executor, not yet run */
+    HWT_TO_PAIR = 16        /* set at creation: the task is an interned pair */
 };
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
@@ -101,6 +103,10 @@ struct hwt__stopset {
  * uses the same stripe, so its timeouts keep their order. */
 struct hwt__stripe {
     _Alignas(64) ck_stack_t queue;
+    /* The earliest deadline pushed on `queue` since the worker last took it
+     * (INT64_MAX: none). The worker sleeps only past what is queued, so a
+     * producer adding a later deadline never wakes it (timeout.c). */
+    _Atomic int64_t queued_min;
     _Alignas(64) ck_stack_t cancels;
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
     _Atomic uint64_t scheduled; /* ...that succeeded (their timeout is queued) */
@@ -119,7 +125,7 @@ struct hwt_timer {
     int64_t cancel_latency_ns; /* max(tick, 100 ms) */
     int64_t max_pending;       /* <= 0: unlimited */
     uint32_t max_transfers;
-    uint32_t backlog_kick;     /* min(HWT_BACKLOG_KICK, max_transfers / 2), >= 1 */
+    uint32_t backlog_kick; /* min(HWT_BACKLOG_KICK, max_transfers / 2), >= 1 */
     hwt_sleep_mode sleep_mode;
     const pthread_attr_t *thread_attr;
     char thread_name[16];
@@ -146,8 +152,8 @@ struct hwt_timer {
 
     /* ---- worker side */
     _Alignas(64) struct hwt__wheel wheel;
-    size_t awaiting_cancel;          /* let go of, cancellation not processed yet */
-    unsigned next_stripe;            /* the stripe transfer starts with */
+    size_t awaiting_cancel; /* let go of, cancellation not processed yet */
+    unsigned next_stripe;   /* the stripe transfer starts with */
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), oldest first, linked by queue_link. */
     ck_stack_entry_t *taken[HWT_STRIPES];
@@ -234,18 +240,27 @@ const struct hwt__task_pair *hwt__task_pair(hwt_timer *timer, hwt_task_fn run,
 void hwt__task_pairs_free(hwt_timer *timer);
 
 /* The one state change every timeout makes: from INIT to `to` (keeping
- * the creation flags). True for the one caller that wins; *now gets the
- * new state. */
+ * the flags). True for the one caller that wins; *now gets the new state. */
 static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t *now)
 {
     uint32_t cur = atomic_load(&t->state);
-    if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
-        return false;
-    uint32_t next = (cur & HWT_TO_PAIR) | to;
-    if (!atomic_compare_exchange_strong(&t->state, &cur, next))
-        return false;
+    uint32_t next;
+    do { /* retried only when the worker set TRANSFERRED meanwhile */
+        if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
+            return false;
+        next = (cur & (HWT_TO_PAIR | HWT_TO_TRANSFERRED)) | to;
+    } while (!atomic_compare_exchange_weak(&t->state, &cur, next));
     *now = next;
     return true;
+}
+
+/* Whether the canceller of a timeout in this (cancelled) state pushed it on
+ * its cancel stack. Not when it was still queued without a cancelled
+ * callback: the transfer drops it then, with nothing else owed, so such a
+ * cancel costs the worker nothing more (hwt-bench churn). */
+static inline bool hwt__cancel_is_queued(uint32_t state)
+{
+    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR)) != 0;
 }
 
 static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)

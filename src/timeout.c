@@ -54,6 +54,15 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 #define BACKLOG_CHECK_EVERY 1024
 static HWT_THREAD_LOCAL unsigned schedules_since_check;
 
+/* Lowers the stripe's queued_min to `deadline` if it is earlier (after the
+ * push: see the worker's queued_before). */
+static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
+{
+    int64_t min = atomic_load(&stripe->queued_min);
+    while (deadline < min && !atomic_compare_exchange_weak(&stripe->queued_min, &min, deadline)) {
+    }
+}
+
 /* Wakes the worker when it plans to sleep past this deadline, or when the
  * queues grow long (so entries recycle and the wheel stays current). */
 static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
@@ -128,6 +137,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         *out = t;
 
     hwt__stack_push(&stripe->queue, &t->queue_link);
+    note_queued_deadline(stripe, deadline);
     atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_release);
     maybe_wake_for(timer, deadline);
     return 0;
@@ -158,9 +168,11 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     hwt__pending_sub(timer, 1);
     atomic_fetch_add_explicit(&stripe->cancelled, 1, memory_order_relaxed);
-    hwt__stack_push(&stripe->cancels, &timeout->stack_link);
-    /* The worker unlinks it within max(tick, 100 ms); wake it only if it
-     * planned a longer sleep, and only once per sleep. */
+    if (hwt__cancel_is_queued(now))
+        hwt__stack_push(&stripe->cancels, &timeout->stack_link);
+    /* The worker unlinks it (or drops it from the queue) within max(tick,
+     * 100 ms); wake it only if it planned a longer sleep, and only once per
+     * sleep. */
     if (hwt__current_worker != timer && !atomic_load(&timer->cancel_watch))
         hwt__kick(timer);
     return true;

@@ -10,6 +10,8 @@
  *   wake_before   before sleeping the worker publishes the start of the tick
  *                 it will wake for; a producer whose deadline is earlier wakes
  *                 it (INT64_MIN while awake: it will look at the queue anyway).
+ *   queued_min    per stripe, the earliest deadline queued since the worker
+ *                 took the stripe's stack: the worker does not sleep past it.
  *   cancel_watch  1 if the worker will wake within max(tick, 100 ms) anyway;
  *                 otherwise the first canceller wakes it.
  *   kicked        the first waker since the worker planned its sleep sets it,
@@ -17,10 +19,14 @@
  *   wake_seq      the futex word: a waker increments it, then wakes.
  *
  * No lost wake-up: the worker publishes wake_before/cancel_watch, clears
- * kicked, reads wake_seq, and only then checks the queues and the state; a
- * waker makes its change visible (enqueue, push, SHUTDOWN) before it reads
- * wake_before/cancel_watch and bumps wake_seq. Either the worker sees the
- * change, or the waker sees the plan and the futex wait returns at once.
+ * kicked, reads wake_seq, and only then checks the queues (queued_min, the
+ * cancel stacks) and the state; a waker makes its change visible (enqueue and
+ * queued_min, push, SHUTDOWN) before it reads wake_before/cancel_watch and
+ * bumps wake_seq. Either the worker sees the change, or the waker sees the
+ * plan and the futex wait returns at once. New timeouts due after the planned
+ * wake-up stay queued until then (or until the backlog wakes the worker):
+ * looping for them kept the worker moving timeouts one by one as producers
+ * pushed them, on the CPUs and cache lines the producers need.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,7 +45,8 @@ HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_RELEASED;
-    if (t->wflags & HWT_W_CANCEL_DONE)
+    uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
+    if (!hwt__cancel_is_queued(state) || (t->wflags & HWT_W_CANCEL_DONE))
         hwt__timeout_unref(t);
     else
         timer->awaiting_cancel++; /* process_cancels drops it */
@@ -67,7 +74,8 @@ static size_t process_cancels(hwt_timer *timer)
                 hwt__run_cancelled_callback(t);
                 hwt__timeout_unref(t);
             } else {
-                /* Still queued: transfer will see it cancelled and drop it. */
+                /* Still queued (it has a cancelled callback: see
+                 * hwt__cancel_is_queued): transfer will drop it. */
                 hwt__run_cancelled_callback(t);
             }
             e = next;
@@ -84,10 +92,14 @@ static bool cancels_waiting(hwt_timer *timer)
     return false;
 }
 
-static bool timeouts_waiting(hwt_timer *timer)
+/* Whether a new timeout due before `when` (ns since start) may be queued.
+ * Its producer pushed it and lowered queued_min before reading wake_before:
+ * either it saw our plan (and woke us if due earlier), or we see its
+ * queued_min here (both sides: seq_cst). */
+static bool queued_before(hwt_timer *timer, int64_t when)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        if (timer->taken[i] != NULL || !hwt__stack_is_empty(&timer->stripes[i].queue))
+        if (atomic_load(&timer->stripes[i].queued_min) < when)
             return true;
     return false;
 }
@@ -107,18 +119,23 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i)
 {
     ck_stack_entry_t *e = timer->taken[i];
     if (e == NULL) {
-        e = hwt__stack_take_all(&timer->stripes[i].queue);
-        if (e == NULL)
+        struct hwt__stripe *stripe = &timer->stripes[i];
+        if (hwt__stack_is_empty(&stripe->queue)) /* no write: producers keep the line */
             return NULL;
-        e = hwt__stack_reverse(e);
+        /* Before the take: a deadline pushed after it is noted afresh. */
+        atomic_store(&stripe->queued_min, INT64_MAX);
+        e = hwt__stack_reverse(hwt__stack_take_all(&stripe->queue));
     }
     timer->taken[i] = e->next;
     return hwt__timeout_of_queue_link(e);
 }
 
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
- * the stripes in turn (each in its own order). */
-static uint32_t transfer(hwt_timer *timer, uint32_t budget)
+ * the stripes in turn (each in its own order). Marking each one TRANSFERRED
+ * (a CAS, against a racing cancel) tells its canceller that the worker must
+ * hear of the cancel; the cancelled ones it drops instead are counted in
+ * *cancelled. */
+static uint32_t transfer(hwt_timer *timer, uint32_t budget, size_t *cancelled)
 {
     uint32_t n = 0;
     for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
@@ -128,10 +145,14 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget)
             if (t == NULL)
                 break;
             n++;
-            if ((atomic_load(&t->state) & HWT_TO_LIFE) == HWT_TO_INIT)
+            uint32_t state =
+                HWT_TO_INIT | (atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_PAIR);
+            if (atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
                 hwt__wheel_place(&timer->wheel, t);
-            else
+            } else {
                 let_go_cancelled(timer, t);
+                ++*cancelled;
+            }
         }
     }
     timer->next_stripe++; /* who goes first when the budget runs out */
@@ -200,7 +221,7 @@ static void run_loop(hwt_timer *timer)
         if (cancels_wait >= 0 && cancels_wait <= last_elapsed)
             cancels_wait = -1;
         size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
-        uint32_t moved = transfer(timer, timer->max_transfers);
+        uint32_t moved = transfer(timer, timer->max_transfers, &cancels);
         hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
         if (last_elapsed >= wheel->cur)
             hwt__wheel_advance(wheel, last_elapsed, expire, timer);
@@ -224,7 +245,8 @@ static void run_loop(hwt_timer *timer)
         bool soon = wake_rel - now <= timer->cancel_latency_ns;
         slept_soon = soon;
 
-        atomic_store(&timer->wake_before, next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, tick));
+        int64_t wake_before = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, tick);
+        atomic_store(&timer->wake_before, wake_before);
         atomic_store(&timer->cancel_watch, soon);
         atomic_store(&timer->kicked, 0);
         uint32_t key = atomic_load(&timer->wake_seq);
@@ -235,8 +257,8 @@ static void run_loop(hwt_timer *timer)
          * 100 ms)): looping for them would keep the worker busy, competing
          * with the cancelling threads for CPUs and cache lines, for as long
          * as they cancel (`hwt-bench cancel`: ~22 -> ~15 ns per cancel). */
-        bool work_waiting =
-            (!soon && cancels_waiting(timer)) || (!more_queued && timeouts_waiting(timer));
+        bool work_waiting = (!soon && cancels_waiting(timer)) ||
+                            (!more_queued && queued_before(timer, wake_before));
         if (!work_waiting) {
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);

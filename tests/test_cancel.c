@@ -557,6 +557,81 @@ static void test_cancel_near_deadline_never_runs(void **state)
     assert_int_equal(n_cancelled + n_ran, NEAR);
 }
 
+/* A cancel racing the worker as it moves the timeout from the queue into
+ * the wheel (it marks the timeout moved with a CAS on the same state word)
+ * still wins: a cancel of a pending timeout returns true, always. As in
+ * `hwt-bench churn`: each thread cancels the timeout it scheduled a ring's
+ * length ago, while the worker moves the backlog into the wheel. (Before
+ * the fix, ~20 per million such cancels returned false.) */
+#define MOVE_THREADS 2
+#define MOVE_RING 1024
+#define MOVE_PER_THREAD 500000
+
+static atomic_int move_ran; /* tasks of the race that ran: none should */
+
+struct move_arg {
+    hwt_timer *timer;
+    hwt_timeout *ring[MOVE_RING];
+    int lost;     /* cancels of pending timeouts that returned false */
+    int failures; /* schedule calls that failed */
+};
+
+static void *schedule_and_cancel(void *p)
+{
+    struct move_arg *a = p;
+    for (int i = 0; i < MOVE_PER_THREAD; i++) {
+        hwt_timeout **slot = &a->ring[i % MOVE_RING];
+        if (*slot != NULL) {
+            if (!hwt_timeout_cancel(*slot))
+                a->lost++;
+            hwt_timeout_release(*slot);
+            *slot = NULL;
+        }
+        if (hwt_new_timeout(a->timer, hwtt_count_task, &move_ran, 1, HWT_HOURS, slot) != 0)
+            a->failures++;
+    }
+    return NULL;
+}
+
+static void test_cancel_racing_the_transfer_wins(void **state)
+{
+    (void)state;
+    hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 512);
+    pthread_t th[MOVE_THREADS];
+    struct move_arg *args[MOVE_THREADS];
+    for (int i = 0; i < MOVE_THREADS; i++) {
+        args[i] = calloc(1, sizeof *args[i]);
+        assert_non_null(args[i]);
+        args[i]->timer = t;
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_and_cancel, args[i]), 0);
+    }
+    int lost = 0, failures = 0;
+    for (int i = 0; i < MOVE_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        lost += args[i]->lost;
+        failures += args[i]->failures;
+    }
+    hwt_stats st;
+    hwt_timer_stats(t, &st);
+    hwt_timeout **list;
+    size_t count;
+    int stopped = hwt_stop(t, &list, &count);
+    hwt_timeouts_release(list, count);
+    for (int i = 0; i < MOVE_THREADS; i++) {
+        for (int k = 0; k < MOVE_RING; k++)
+            hwt_timeout_release(args[i]->ring[k]);
+        free(args[i]);
+    }
+    hwt_timer_destroy(t);
+    assert_int_equal(failures, 0);
+    assert_int_equal(lost, 0);
+    assert_int_equal(stopped, 0);
+    assert_int_equal(count, MOVE_THREADS * MOVE_RING); /* each thread's last ring */
+    assert_int_equal(atomic_load(&move_ran), 0);
+    assert_int_equal(st.pending, MOVE_THREADS * MOVE_RING);
+    assert_int_equal(st.cancelled, MOVE_THREADS * (MOVE_PER_THREAD - MOVE_RING));
+}
+
 int main(void)
 {
     hwtt_watchdog(150);
@@ -575,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_many_cancels),
         cmocka_unit_test(test_concurrent_cancels_one_winner),
         cmocka_unit_test(test_cancel_near_deadline_never_runs),
+        cmocka_unit_test(test_cancel_racing_the_transfer_wins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,182 @@
+/*
+ * test_queue.c - what the worker leaves in the new-timeout queue, and how it
+ * hears of what it must not leave there (worker.c, timeout.c):
+ *   - it sleeps until its planned tick even with new timeouts queued, when
+ *     they are due later (each stripe's queued_min); a new timeout due
+ *     earlier wakes it, also one scheduled while it plans, and one its own
+ *     task scheduled is seen before it sleeps;
+ *   - a timeout cancelled while still queued, without a cancelled callback,
+ *     is not pushed on a cancel stack: the worker drops it as it takes it
+ *     from the queue, and a stop does not wait for it.
+ */
+#include <stdlib.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+static uint64_t transferred(hwt_timer *timer)
+{
+    return atomic_load(&timer->transferred);
+}
+
+static uint64_t wakeups(hwt_timer *timer)
+{
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    return st.wakeups;
+}
+
+/* A started 1 ms timer whose worker sleeps until an hour from now. */
+static hwt_timer *sleeping_timer(void)
+{
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_HOURS, NULL), 0);
+    assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
+    return timer;
+}
+
+static void test_later_deadline_stays_queued(void **state)
+{
+    (void)state;
+    hwt_timer *timer = sleeping_timer();
+    uint64_t woke = wakeups(timer);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 2, HWT_HOURS, NULL), 0);
+    hwtt_sleep_ms(100); /* time for a wrong wake-up to happen */
+    assert_int_equal(wakeups(timer), woke);
+    assert_int_equal(transferred(timer), 1);
+    assert_int_equal(hwt__queued_count(timer), 1);
+
+    /* An earlier one wakes it; the pass takes the whole queue. */
+    atomic_int ran = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 20, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(2000)));
+    assert_int_equal(transferred(timer), 3);
+    assert_int_equal(hwt_pending_timeouts(timer), 2);
+    hwtt_destroy(timer);
+}
+
+/* Each short timeout is scheduled right after the previous one ran, while
+ * the worker finishes that pass and plans its sleep (a far backlog keeps
+ * queued_min busy): none may wait for the hour. */
+#define SHORT_ROUNDS 300
+
+static void test_earlier_deadline_wakes_a_planning_worker(void **state)
+{
+    (void)state;
+    hwt_timer *timer = sleeping_timer();
+    unsigned seed = 4242;
+    atomic_int ran = 0;
+    for (int i = 0; i < SHORT_ROUNDS; i++) {
+        for (int k = 0; k < 8; k++)
+            assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 2 + k, HWT_HOURS, NULL),
+                             0);
+        int64_t delay_us = rand_r(&seed) % 2000;
+        assert_int_equal(
+            hwt_new_timeout(timer, hwtt_count_task, &ran, delay_us, HWT_MICROSECONDS, NULL), 0);
+        if (!hwtt_wait_until(atomic_load(&ran) == i + 1, hwtt_slack_ms(1000)))
+            fail_msg("round %d: a timeout due in %lld us did not run", i, (long long)delay_us);
+    }
+    hwtt_destroy(timer);
+}
+
+/* A task that schedules the next one: the worker itself queues it, wakes
+ * nobody, and must see it before it plans an hour's sleep. */
+#define CHAIN_LENGTH 50
+
+struct chain {
+    hwt_timer *timer;
+    atomic_int ran;
+};
+
+static void chain_task(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct chain *c = arg;
+    if (atomic_fetch_add(&c->ran, 1) + 1 < CHAIN_LENGTH)
+        hwt_new_timeout(c->timer, chain_task, c, 1, HWT_MILLISECONDS, NULL);
+}
+
+static void test_timeout_scheduled_by_a_task_runs(void **state)
+{
+    (void)state;
+    struct chain c = {sleeping_timer(), 0};
+    assert_int_equal(hwt_new_timeout(c.timer, chain_task, &c, 1, HWT_MILLISECONDS, NULL), 0);
+    if (!hwtt_wait_until(atomic_load(&c.ran) == CHAIN_LENGTH, hwtt_slack_ms(5000)))
+        fail_msg("the chain stopped after %d of %d", atomic_load(&c.ran), CHAIN_LENGTH);
+    hwtt_destroy(c.timer);
+}
+
+static void test_cancel_while_queued_skips_the_cancel_stack(void **state)
+{
+    (void)state;
+    hwt_timer *timer = sleeping_timer();
+    hwt_timeout *h;
+    atomic_int ran = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 2, HWT_HOURS, &h), 0);
+    assert_int_equal(hwt__queued_count(timer), 1);
+    assert_true(hwt_timeout_cancel(h));
+    assert_true(hwt__stack_is_empty(&hwt__my_stripe(timer)->cancels));
+    assert_int_equal(hwt_pending_timeouts(timer), 1);
+    /* The worker planned an hour's sleep: the cancel woke it, it dropped
+     * the timeout from the queue. */
+    assert_true(hwtt_wait_until(transferred(timer) == 2, hwtt_slack_ms(2000)));
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    assert_int_equal(st.cancelled, 1);
+    assert_true(hwt_timeout_is_cancelled(h));
+    hwt_timeout_release(h);
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, 1); /* the hour */
+    hwt_timeouts_release(list, count);
+    assert_int_equal(atomic_load(&ran), 0);
+    hwtt_destroy(timer);
+}
+
+/* A stop right after the cancel of a queued timeout, with and without a
+ * cancelled callback: whether the worker dropped it before the stop or the
+ * stop finds it in the queue, the callback has run once when hwt_stop
+ * returns, and the stop hands back only the hour. */
+#define STOP_ROUNDS 100
+
+static void test_stop_after_cancel_while_queued(void **state)
+{
+    (void)state;
+    for (int i = 0; i < STOP_ROUNDS; i++) {
+        hwt_timer *timer = sleeping_timer();
+        hwtt_rec rec = {0};
+        hwt_timeout *h;
+        bool with_callback = i % 2 == 0;
+        int rc = with_callback ? hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 2, HWT_HOURS, &h)
+                               : hwt_new_timeout(timer, hwtt_rec_run, &rec, 2, HWT_HOURS, &h);
+        assert_int_equal(rc, 0);
+        assert_true(hwt_timeout_cancel(h));
+        hwt_timeout **list;
+        size_t count;
+        assert_int_equal(hwt_stop(timer, &list, &count), 0);
+        assert_int_equal(count, 1);
+        assert_int_equal(atomic_load(&rec.cb), with_callback ? 1 : 0);
+        assert_int_equal(atomic_load(&rec.ran), 0);
+        assert_int_equal(hwt_pending_timeouts(timer), 0);
+        hwt_timeouts_release(list, count);
+        hwt_timeout_release(h);
+        hwtt_destroy(timer);
+    }
+}
+
+int main(void)
+{
+    hwtt_watchdog(300);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_later_deadline_stays_queued, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_earlier_deadline_wakes_a_planning_worker,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_timeout_scheduled_by_a_task_runs, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_cancel_while_queued_skips_the_cancel_stack,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_stop_after_cancel_while_queued, hwtt_teardown_timers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
