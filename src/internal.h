@@ -13,6 +13,7 @@
 #ifndef HWT_INTERNAL_H
 #define HWT_INTERNAL_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -96,11 +97,15 @@ struct hwt__stopset {
     size_t overflow_count;
 };
 
-#define HWT_STRIPES 8
+/* Stripes 0 .. HWT_OWNED_STRIPES-1 each have one thread at most (their
+ * owner); the others are shared round-robin by further threads (stripes.c). */
+#define HWT_STRIPES 16
+#define HWT_OWNED_STRIPES 8
 
 /* One stripe: a new-timeout stack (intrusive, many producers, the worker
- * takes it whole; see mpsc.h), a cancel stack, and counters. A thread always
- * uses the same stripe, so its timeouts keep their order. */
+ * takes it whole; see mpsc.h), a cancel stack, and counters that only the
+ * threads using the stripe write (hwt__stripe_add). A thread always uses the
+ * same stripe, so its timeouts keep their order. */
 struct hwt__stripe {
     _Alignas(64) ck_stack_t queue;
     /* The earliest deadline pushed on `queue` since the worker last took it
@@ -115,8 +120,6 @@ struct hwt__stripe {
     _Atomic uint64_t rejected;
 };
 
-/* The calling thread's stripe number (fixed per thread). */
-unsigned hwt__stripe_index(void);
 enum { HWT_STOP_DROP, HWT_STOP_LIST };
 
 struct hwt_timer {
@@ -184,9 +187,32 @@ struct hwt_timer {
 /* The timer whose worker is the calling thread, or NULL. */
 extern HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
+/* stripes.c: the calling thread's stripe number (UINT_MAX: none yet), and
+ * whether it owns that stripe alone. */
+extern HWT_THREAD_LOCAL unsigned hwt__stripe_of_thread;
+extern HWT_THREAD_LOCAL bool hwt__stripe_owned;
+unsigned hwt__stripe_assign(void);
+
+/* The calling thread's stripe number (fixed per thread). */
+static inline unsigned hwt__stripe_index(void)
+{
+    unsigned i = hwt__stripe_of_thread;
+    return i != UINT_MAX ? i : hwt__stripe_assign();
+}
+
 static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
 {
     return &timer->stripes[hwt__stripe_index()];
+}
+
+/* Adds n to a counter of the calling thread's stripe (release order). */
+static inline void hwt__stripe_add(_Atomic uint64_t *counter, uint64_t n)
+{
+    if (hwt__stripe_owned) /* the only writer: no locked add */
+        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                              memory_order_release);
+    else
+        atomic_fetch_add_explicit(counter, n, memory_order_release);
 }
 
 /* Counts n timeouts out of the pending total (cancel, expiry, stop). Only

@@ -21,16 +21,6 @@
 #include "alloc.h"
 #include "internal.h"
 
-static atomic_uint next_stripe;
-static HWT_THREAD_LOCAL unsigned my_stripe = UINT_MAX;
-
-unsigned hwt__stripe_index(void)
-{
-    if (my_stripe == UINT_MAX)
-        my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) % HWT_STRIPES;
-    return my_stripe;
-}
-
 /* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
  * Only limited timers need the exact total (a shared counter); unlimited
  * ones count nothing more than the stripe's `started`. */
@@ -41,7 +31,7 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
     int64_t cur = atomic_load_explicit(&timer->pending, memory_order_relaxed);
     do {
         if (cur >= timer->max_pending) {
-            atomic_fetch_add_explicit(&stripe->rejected, 1, memory_order_relaxed);
+            hwt__stripe_add(&stripe->rejected, 1);
             return HWT_EREJECTED;
         }
     } while (!atomic_compare_exchange_weak_explicit(&timer->pending, &cur, cur + 1,
@@ -83,7 +73,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 /* Counts a schedule call that got past `started` but failed. */
 static int fail(struct hwt__stripe *stripe, int rc)
 {
-    atomic_fetch_add_explicit(&stripe->failed, 1, memory_order_release);
+    hwt__stripe_add(&stripe->failed, 1);
     return rc;
 }
 
@@ -138,7 +128,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
 
     hwt__stack_push(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
-    atomic_fetch_add_explicit(&stripe->scheduled, 1, memory_order_release);
+    hwt__stripe_add(&stripe->scheduled, 1);
     maybe_wake_for(timer, deadline);
     return 0;
 }
@@ -167,7 +157,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     hwt_timer *timer = hwt__timer_of(timeout);
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     hwt__pending_sub(timer, 1);
-    atomic_fetch_add_explicit(&stripe->cancelled, 1, memory_order_relaxed);
+    hwt__stripe_add(&stripe->cancelled, 1);
     if (hwt__cancel_is_queued(now))
         hwt__stack_push(&stripe->cancels, &timeout->stack_link);
     /* The worker unlinks it (or drops it from the queue) within max(tick,

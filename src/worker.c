@@ -346,7 +346,7 @@ static void final_drain(hwt_timer *timer)
     }
     size_t taken = hwt__stopset_size(&timer->stopped_set);
     hwt__pending_sub(timer, (int64_t)taken);
-    atomic_fetch_add(&hwt__my_stripe(timer)->cancelled, taken);
+    hwt__stripe_add(&hwt__my_stripe(timer)->cancelled, taken);
     if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP)
         hwt__stopset_drop(&timer->stopped_set);
 }
