@@ -271,6 +271,8 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
         ck_stack_entry_t *node = m->first;
         m->first = node->next;
         m->count--;
+        if (m->first != NULL) /* recycled memory is often in another CPU's cache */
+            __builtin_prefetch(object_of(m->first), 1);
         t = object_of(node);
     } else {
         t = c->fresh++;
