@@ -29,8 +29,9 @@
 #define HWT_CANCEL_LATENCY_MIN_NS (100 * INT64_C(1000000)) /* 100 ms */
 /* Queued timeouts that make a producer wake the worker (at most half a
  * transfer budget, so one pass takes them all): fewer wake-ups while threads
- * schedule flat out, and a pass short enough (~0.5 ms) not to delay a tick. */
-#define HWT_BACKLOG_KICK 16384
+ * schedule flat out. A pass takes ~1.5 ms, but only while no tick is due
+ * soon: then the worker moves timeouts as they come (worker.c). */
+#define HWT_BACKLOG_KICK 49152
 
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
 enum {
