@@ -145,9 +145,9 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, size_t *cancelled)
             if (t == NULL)
                 break;
             n++;
-            uint32_t state =
-                HWT_TO_INIT | (atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_PAIR);
-            if (atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
+            uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
+            if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
+                atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
                 hwt__wheel_place(&timer->wheel, t);
             } else {
                 let_go_cancelled(timer, t);
