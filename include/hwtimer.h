@@ -10,7 +10,9 @@
  *   - Functions that can fail return int: 0 on success or a negative HWT_E*
  *     code. A call that fails changed nothing.
  *   - "any thread" means: callable concurrently from any number of threads,
- *     including from inside a task running on the timer's worker.
+ *     including from inside a task running on the timer's worker. Not from
+ *     a signal handler: no function here is async-signal-safe (a thread's
+ *     counts are plain stores, which a handler on that thread could undo).
  *   - Misuse C cannot detect (using a timer after hwt_timer_destroy, releasing
  *     a timeout twice, using a timeout after its last release) is undefined
  *     behaviour. A build with HWT_DEBUG defined catches double release.
