@@ -143,10 +143,19 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, size_t *dropped)
     ck_stack_entry_t *e = timer->taken[i];
     while (e == NULL) {
         struct hwt__stripe *stripe = &timer->stripes[i];
-        if (hwt__stack_is_empty(&stripe->queue)) /* no write: producers keep the line */
-            return NULL;
-        /* Before the take: a deadline pushed after it is noted afresh. */
-        atomic_store(&stripe->queued_min, INT64_MAX);
+        if (hwt__stack_is_empty(&stripe->queue)) { /* no write: producers keep the line */
+            /* A producer may lower queued_min just after we took its push:
+             * clear that, or we would keep waking for nothing. A push that
+             * came before the clear is seen by the second look (seq_cst). */
+            if (atomic_load_explicit(&stripe->queued_min, memory_order_relaxed) == INT64_MAX)
+                return NULL;
+            atomic_store(&stripe->queued_min, INT64_MAX);
+            if (hwt__stack_is_empty(&stripe->queue))
+                return NULL;
+        } else {
+            /* Before the take: a deadline pushed after it is noted afresh. */
+            atomic_store(&stripe->queued_min, INT64_MAX);
+        }
         e = reverse_live(timer, hwt__stack_take_all(&stripe->queue), dropped);
     }
     timer->taken[i] = e->next;

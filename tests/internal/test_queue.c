@@ -4,12 +4,15 @@
  *   - it sleeps until its planned tick even with new timeouts queued, when
  *     they are due later (each stripe's queued_min); a new timeout due
  *     earlier wakes it, also one scheduled while it plans, and one its own
- *     task scheduled is seen before it sleeps;
+ *     task scheduled is seen before it sleeps; a minimum left behind by a
+ *     take that raced the producer is cleared, not looped on;
  *   - a timeout cancelled while still queued, without a cancelled callback,
  *     is not pushed on a cancel stack: the worker drops it as it takes it
  *     from the queue, and a stop does not wait for it.
  */
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "helpers.h"
 #include "internal.h"
@@ -106,6 +109,36 @@ static void test_timeout_scheduled_by_a_task_runs(void **state)
     hwtt_destroy(c.timer);
 }
 
+static int64_t thread_cpu_ns(pthread_t thread)
+{
+    clockid_t clock;
+    struct timespec ts;
+    assert_int_equal(pthread_getcpuclockid(thread, &clock), 0);
+    assert_int_equal(clock_gettime(clock, &ts), 0);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A producer lowers its stripe's queued_min after its push; when the worker
+ * took the push in between, the minimum outlives the timeout it noted, with
+ * the stack empty. The worker must clear it, not keep looping for it. */
+static void test_stale_queued_min_is_cleared(void **state)
+{
+    (void)state;
+    hwt_timer *timer = sleeping_timer();
+    atomic_store(&timer->stripes[HWT_STRIPES - 1].queued_min, 0); /* due long ago */
+    hwt__kick(timer);
+    assert_true(
+        hwtt_wait_until(atomic_load(&timer->stripes[HWT_STRIPES - 1].queued_min) == INT64_MAX,
+                        hwtt_slack_ms(2000)));
+    int64_t cpu = thread_cpu_ns(timer->thread);
+    hwtt_sleep_ms(200); /* time for a spinning worker to show */
+    int64_t spent_ms = (thread_cpu_ns(timer->thread) - cpu) / 1000000;
+    if (spent_ms > 50)
+        fail_msg("the worker used %lld ms of CPU in 200 ms with nothing to do",
+                 (long long)spent_ms);
+    hwtt_destroy(timer);
+}
+
 static void test_cancel_while_queued_skips_the_cancel_stack(void **state)
 {
     (void)state;
@@ -174,6 +207,7 @@ int main(void)
         cmocka_unit_test_teardown(test_earlier_deadline_wakes_a_planning_worker,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_timeout_scheduled_by_a_task_runs, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_stale_queued_min_is_cleared, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_cancel_while_queued_skips_the_cancel_stack,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_stop_after_cancel_while_queued, hwtt_teardown_timers),
