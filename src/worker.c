@@ -95,11 +95,16 @@ static bool cancels_waiting(hwt_timer *timer)
 /* Whether a new timeout due before `when` (ns since start) may be queued.
  * Its producer pushed it and lowered queued_min before reading wake_before:
  * either it saw our plan (and woke us if due earlier), or we see its
- * queued_min here (both sides: seq_cst). */
+ * queued_min here (both sides: seq_cst), and then its push too. A minimum
+ * with the stack empty is stale (its producer lowered it just after we took
+ * its push; the next take resets it): it must not keep us awake. Clearing it
+ * here instead cost a locked write on the producers' line per pass
+ * (`hwt-bench expire` p99 ~1.5 -> ~1.9 ms). */
 static bool queued_before(hwt_timer *timer, int64_t when)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        if (atomic_load(&timer->stripes[i].queued_min) < when)
+        if (atomic_load(&timer->stripes[i].queued_min) < when &&
+            !hwt__stack_is_empty(&timer->stripes[i].queue))
             return true;
     return false;
 }
@@ -143,19 +148,10 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, size_t *dropped)
     ck_stack_entry_t *e = timer->taken[i];
     while (e == NULL) {
         struct hwt__stripe *stripe = &timer->stripes[i];
-        if (hwt__stack_is_empty(&stripe->queue)) { /* no write: producers keep the line */
-            /* A producer may lower queued_min just after we took its push:
-             * clear that, or we would keep waking for nothing. A push that
-             * came before the clear is seen by the second look (seq_cst). */
-            if (atomic_load_explicit(&stripe->queued_min, memory_order_relaxed) == INT64_MAX)
-                return NULL;
-            atomic_store(&stripe->queued_min, INT64_MAX);
-            if (hwt__stack_is_empty(&stripe->queue))
-                return NULL;
-        } else {
-            /* Before the take: a deadline pushed after it is noted afresh. */
-            atomic_store(&stripe->queued_min, INT64_MAX);
-        }
+        if (hwt__stack_is_empty(&stripe->queue)) /* no write: producers keep the line */
+            return NULL;
+        /* Before the take: a deadline pushed after it is noted afresh. */
+        atomic_store(&stripe->queued_min, INT64_MAX);
         e = reverse_live(timer, hwt__stack_take_all(&stripe->queue), dropped);
     }
     timer->taken[i] = e->next;
