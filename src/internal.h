@@ -285,7 +285,7 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
  * its cancel stack. Not when it was still queued without a cancelled
  * callback: the transfer drops it then, with nothing else owed, so such a
  * cancel costs the worker nothing more (hwt-bench churn). */
-static inline bool hwt__cancel_is_queued(uint32_t state)
+static inline bool hwt__cancel_was_pushed(uint32_t state)
 {
     return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR)) != 0;
 }

@@ -16,8 +16,6 @@
  * the timer's pool when both are gone; the timer's memory lives while any
  * timeout of it is out of the pool (pool.c).
  */
-#include <limits.h>
-
 #include "alloc.h"
 #include "internal.h"
 
@@ -158,7 +156,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     hwt__pending_sub(timer, 1);
     hwt__stripe_add(&stripe->cancelled, 1);
-    if (hwt__cancel_is_queued(now))
+    if (hwt__cancel_was_pushed(now))
         hwt__stack_push(&stripe->cancels, &timeout->stack_link);
     /* The worker unlinks it (or drops it from the queue) within max(tick,
      * 100 ms); wake it only if it planned a longer sleep, and only once per

@@ -46,7 +46,7 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_RELEASED;
     uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
-    if (!hwt__cancel_is_queued(state) || (t->wflags & HWT_W_CANCEL_DONE))
+    if (!hwt__cancel_was_pushed(state) || (t->wflags & HWT_W_CANCEL_DONE))
         hwt__timeout_unref(t);
     else
         timer->awaiting_cancel++; /* process_cancels drops it */
@@ -75,7 +75,7 @@ static size_t process_cancels(hwt_timer *timer)
                 hwt__timeout_unref(t);
             } else {
                 /* Still queued (it has a cancelled callback: see
-                 * hwt__cancel_is_queued): transfer will drop it. */
+                 * hwt__cancel_was_pushed): transfer will drop it. */
                 hwt__run_cancelled_callback(t);
             }
             e = next;
