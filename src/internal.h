@@ -115,8 +115,11 @@ struct hwt__stripe {
     _Atomic int64_t queued_min;
     _Alignas(64) ck_stack_t cancels;
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
-    _Atomic uint64_t scheduled; /* ...that succeeded (their timeout is queued) */
-    _Atomic uint64_t failed;    /* ...that failed; the stop waits for the three to add up */
+    _Atomic uint64_t scheduled; /* ...that succeed, counted before the push: a
+                                   timeout's end is never counted before it */
+    _Atomic uint64_t queued;    /* ...whose timeout is pushed */
+    _Atomic uint64_t failed;    /* ...that failed; the stop waits for started ==
+                                   queued + failed */
     _Atomic uint64_t cancelled;
     _Atomic uint64_t rejected;
 };
@@ -229,10 +232,10 @@ static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
  * included): a snapshot, exact only when no producer is running. */
 static inline uint64_t hwt__queued_count(hwt_timer *timer)
 {
-    uint64_t scheduled = 0;
+    uint64_t queued = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
-    return scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
+        queued += atomic_load_explicit(&timer->stripes[i].queued, memory_order_relaxed);
+    return queued - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
 }
 
 /* Nanoseconds since the worker started (callers: after the start latch). */

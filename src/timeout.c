@@ -8,7 +8,7 @@
  * of a stop). Whoever wins counts the pending total down,
  * exactly once. A schedule racing a stop is settled before the drain: the
  * stop waits for every hwt_new_timeout that saw the timer running (the
- * stripes' started/scheduled/failed counts).
+ * stripes' started/queued/failed counts).
  *
  * References: the caller's handle (optional) and one "in-flight" reference
  * held by the queue, then the wheel, then whoever ends the timeout (the
@@ -121,12 +121,15 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
     atomic_store_explicit(&t->state, pair != NULL ? HWT_TO_INIT | HWT_TO_PAIR : HWT_TO_INIT,
                           memory_order_relaxed);
+    /* Counted before anyone can end it (the worker, or a canceller with the
+     * handle): hwt_timer_stats reads ends before starts. */
+    hwt__stripe_add(&stripe->scheduled, 1);
     if (out != NULL)
         *out = t;
 
     hwt__stack_push(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
-    hwt__stripe_add(&stripe->scheduled, 1);
+    hwt__stripe_add(&stripe->queued, 1);
     maybe_wake_for(timer, deadline);
     return 0;
 }

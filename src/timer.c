@@ -326,12 +326,16 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
     hwt_timer *timer = (hwt_timer *)ctimer;
     memset(stats, 0, sizeof *stats);
     stats->pending = read_pending(timer);
+    /* Ends before starts: a timeout is counted scheduled before it can expire
+     * or be cancelled (release, then acquire here), so expired + cancelled
+     * never exceeds scheduled in the snapshot. */
+    stats->expired = atomic_load(&timer->expired);
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        stats->scheduled += atomic_load(&timer->stripes[i].scheduled);
         stats->cancelled += atomic_load(&timer->stripes[i].cancelled);
         stats->rejected += atomic_load(&timer->stripes[i].rejected);
     }
-    stats->expired = atomic_load(&timer->expired);
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        stats->scheduled += atomic_load(&timer->stripes[i].scheduled);
     stats->wakeups = atomic_load(&timer->wakeups);
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&

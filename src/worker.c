@@ -205,7 +205,7 @@ static void expire(void *ctx, hwt_timeout *t)
     t->wflags |= HWT_W_RELEASED;
     /* Count down before the task runs: it sees the count without itself. */
     hwt__pending_sub(timer, 1);
-    atomic_fetch_add_explicit(&timer->expired, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&timer->expired, 1, memory_order_release); /* see hwt_timer_stats */
     if (timer->executor != NULL) {
         timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
         return;
@@ -336,7 +336,7 @@ static void wait_for_producers(hwt_timer *timer)
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
         while (atomic_load(&s->started) !=
-               atomic_load_explicit(&s->scheduled, memory_order_acquire) +
+               atomic_load_explicit(&s->queued, memory_order_acquire) +
                    atomic_load_explicit(&s->failed, memory_order_acquire))
             sched_yield();
     }
