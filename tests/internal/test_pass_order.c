@@ -1,0 +1,170 @@
+/*
+ * test_pass_order.c - the order of a worker pass (worker.c, run_loop): the
+ * ticks that ended are processed before the new timeouts are moved, as far
+ * as no queued timeout is due before them, and the result must be the order
+ * of Netty's "move, then expire" tick by tick:
+ *   - a timeout queued during the tick it is due in runs in that tick's
+ *     pass, right after the wheel's timeouts of the tick (not a tick later);
+ *   - a timeout still queued when several ticks have ended (the transfer
+ *     budget ran out) runs before the wheel's timeouts of later ticks.
+ * A 100 ms tick leaves room for the timing each scenario needs; a scenario
+ * whose timing was missed (the test thread was late) is tried again.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+#define TICK_MS 100
+#define TICK_NS ((int64_t)TICK_MS * 1000000)
+#define MS_NS 1000000
+#define ATTEMPTS 5
+
+/* What ran, in order (tasks run one at a time on the worker). */
+static char order[16];
+static int64_t ran_at[16]; /* ns since the timer started */
+static atomic_int ran;
+static hwt_timer *the_timer;
+
+static void record(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    int i = atomic_load(&ran);
+    order[i] = (char)(uintptr_t)arg;
+    ran_at[i] = hwt__rel_now(the_timer);
+    atomic_store(&ran, i + 1);
+}
+
+static hwt_timer *fresh_timer(uint32_t max_transfers)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = TICK_MS;
+    o.tick_unit = HWT_MILLISECONDS;
+    o.ticks_per_wheel = 64;
+    o.max_transfers_per_tick = max_transfers;
+    the_timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_timer_start(the_timer), 0);
+    memset(order, 0, sizeof order);
+    atomic_store(&ran, 0);
+    return the_timer;
+}
+
+/* Schedules a recording task labelled `label` due at `at` (ns since the
+ * timer started); false if that time has already passed. */
+static bool schedule_at(hwt_timer *timer, char label, int64_t at)
+{
+    int64_t delay = at - hwt__rel_now(timer);
+    if (delay <= 0)
+        return false;
+    assert_int_equal(hwt_new_timeout(timer, record, (void *)(uintptr_t)label, delay,
+                                     HWT_NANOSECONDS, NULL),
+                     0);
+    return true;
+}
+
+static uint64_t transferred(hwt_timer *timer)
+{
+    return atomic_load(&timer->transferred);
+}
+
+/* X is in the wheel for tick c+2; Y, due in the same tick, is scheduled
+ * while the worker sleeps until that tick's end (no wake-up: it is not due
+ * earlier). The pass runs X, then moves Y and runs it at once: placed, Y
+ * would wait for the next tick's pass. */
+static void test_timeout_queued_in_its_tick_runs_in_that_pass(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        hwt_timer *timer = fresh_timer(100000);
+        int64_t c = hwt__rel_now(timer) / TICK_NS;
+        assert_true(schedule_at(timer, 'X', (c + 2) * TICK_NS + 20 * MS_NS));
+        assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
+        int64_t y_at = (c + 2) * TICK_NS + 50 * MS_NS;
+        hwtt_wait_until(hwt__rel_now(timer) >= y_at - 20 * MS_NS, hwtt_slack_ms(5000));
+        bool timely = schedule_at(timer, 'Y', y_at) &&
+                      hwt__rel_now(timer) < (c + 3) * TICK_NS - 10 * MS_NS &&
+                      hwt__queued_count(timer) == 1;
+        assert_true(hwtt_wait_until(atomic_load(&ran) == 2, hwtt_slack_ms(5000)));
+        hwtt_destroy(timer);
+        if (!timely)
+            continue; /* Y came too late to be queued during its tick: again */
+        assert_memory_equal(order, "XY", 2);
+        if (ran_at[1] - ran_at[0] >= TICK_NS / 2)
+            fail_msg("Y ran %lld ms after X: in a later pass",
+                     (long long)((ran_at[1] - ran_at[0]) / MS_NS));
+        return;
+    }
+    fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
+}
+
+/* B's task holds the worker until the test thread has queued more and tick
+ * c+6 has ended. */
+static atomic_bool blocking, go;
+static int64_t hold_until;
+
+static void blocker(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&blocking, true);
+    hwtt_wait_until(atomic_load(&go) && hwt__rel_now(the_timer) >= hold_until,
+                    hwtt_slack_ms(30000));
+    record(timeout, (void *)(uintptr_t)'B');
+}
+
+/* Two moves per pass. The wheel holds B (tick c+1), X (c+3) and Z (c+5).
+ * While B holds the worker, the test thread queues two far fillers, then
+ * Y3 (due in tick c+3, after X) and Y4 (c+4). When B returns, ticks up to
+ * c+6 have ended and the pass moves only the fillers: Y3 and Y4 are still
+ * queued. Netty's order, tick by tick: B, X, Y3, Y4, Z - the wheel's Z must
+ * not run before them. */
+static void test_timeout_left_queued_runs_before_later_ticks(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        hwt_timer *timer = fresh_timer(2);
+        atomic_store(&blocking, false);
+        atomic_store(&go, false);
+        int64_t c = hwt__rel_now(timer) / TICK_NS;
+        hold_until = (c + 7) * TICK_NS;
+        assert_true(schedule_at(timer, 'X', (c + 3) * TICK_NS + 20 * MS_NS));
+        assert_true(schedule_at(timer, 'Z', (c + 5) * TICK_NS + 20 * MS_NS));
+        assert_int_equal(hwt_new_timeout(timer, blocker, NULL,
+                                         (c + 1) * TICK_NS + 20 * MS_NS - hwt__rel_now(timer),
+                                         HWT_NANOSECONDS, NULL),
+                         0);
+        assert_true(hwtt_wait_until(atomic_load(&blocking), hwtt_slack_ms(5000)));
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(hwt_new_timeout(timer, record, (void *)(uintptr_t)'F', 1, HWT_HOURS,
+                                             NULL),
+                             0);
+        int expected = 3; /* B, X, Z */
+        expected += schedule_at(timer, '3', (c + 3) * TICK_NS + 50 * MS_NS);
+        expected += schedule_at(timer, '4', (c + 4) * TICK_NS + 50 * MS_NS);
+        bool timely = expected == 5 && hwt__rel_now(timer) < (c + 3) * TICK_NS;
+        atomic_store(&go, true);
+        bool all = hwtt_wait_until(atomic_load(&ran) == expected, hwtt_slack_ms(5000));
+        hwtt_destroy(timer);
+        if (!timely)
+            continue; /* the test thread queued Y3/Y4 too late: again */
+        assert_true(all);
+        if (memcmp(order, "BX34Z", 5) != 0)
+            fail_msg("ran in the order %.5s, not BX34Z", order);
+        return;
+    }
+    fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
+}
+
+int main(void)
+{
+    hwtt_watchdog(300);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_timeout_queued_in_its_tick_runs_in_that_pass,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_timeout_left_queued_runs_before_later_ticks,
+                                  hwtt_teardown_timers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
