@@ -354,11 +354,13 @@ static void run_loop(hwt_timer *timer)
          * with the cancelling threads for CPUs and cache lines, for as long
          * as they cancel (`hwt-bench cancel`: ~22 -> ~15 ns per cancel).
          * A backlog that grew while we moved the last (a transfer takes each
-         * stack once) does not wait: its producer's kick found us awake. */
+         * stack once) does not wait: its producer's kick found us awake. (A
+         * count read signed: it is -1 for a moment when we moved a timeout
+         * before its producer counted it queued.) */
         bool work_waiting =
             (!soon && cancels_waiting(timer)) ||
             (!more_queued && (queued_before(timer, move_now_before(wheel, next)) ||
-                              hwt__queued_count(timer) >= timer->backlog_kick));
+                              (int64_t)hwt__queued_count(timer) >= timer->backlog_kick));
         if (!work_waiting) {
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);
