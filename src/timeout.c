@@ -43,7 +43,7 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 static HWT_THREAD_LOCAL unsigned schedules_since_check;
 
 /* Lowers the stripe's queued_min to `deadline` if it is earlier (after the
- * push: see the worker's queued_before). */
+ * push: see the worker's earliest_queued). */
 static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
 {
     int64_t min = atomic_load(&stripe->queued_min);

@@ -92,39 +92,38 @@ static bool cancels_waiting(hwt_timer *timer)
     return false;
 }
 
-/* Whether a new timeout due before `when` (ns since start) may be queued.
- * Its producer pushed it and lowered queued_min before reading wake_before:
- * either it saw our plan (and woke us if due earlier), or we see its
- * queued_min here (both sides: seq_cst), and then its push too. A minimum
- * with the stack empty is stale (its producer lowered it just after we took
- * its push; the next take resets it): it must not keep us awake. Clearing it
- * here instead cost a locked write on the producers' line per pass
- * (`hwt-bench expire` p99 ~1.5 -> ~1.9 ms). */
-static bool queued_before(hwt_timer *timer, int64_t when)
-{
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        if (atomic_load(&timer->stripes[i].queued_min) < when &&
-            !hwt__stack_is_empty(&timer->stripes[i].queue))
-            return true;
-    return false;
-}
-
-/* The last of the ticks up to `last` that may be processed before the
- * queued timeouts are moved: none of them may be due in an earlier one. It
- * goes by queued_min and taken_min, lower bounds - but queued_min counts a
- * deadline just after its push: a timeout pushed a moment before may be due
- * earlier still (it then runs after the ticks processed, as if scheduled
- * after them: its schedule call had not returned). */
-static int64_t last_before_queued(hwt_timer *timer, int64_t last)
+/* The earliest deadline (ns since start) a new timeout on a stripe's stack
+ * may have: a lower bound, INT64_MAX if the stacks are empty. A producer
+ * pushes, then lowers queued_min, then reads wake_before: either it saw our
+ * plan (and woke us if due earlier), or we see its queued_min here (both
+ * sides: seq_cst), and then its push too. A minimum with the stack empty is
+ * stale (its producer lowered it just after we took its push; the next take
+ * resets it): it must not keep us awake. Clearing it here instead cost a
+ * locked write on the producers' line per pass (`hwt-bench expire` p99
+ * ~1.5 -> ~1.9 ms). */
+static int64_t earliest_queued(hwt_timer *timer)
 {
     int64_t min = INT64_MAX;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        if (timer->taken[i] != NULL && timer->taken_min[i] < min)
-            min = timer->taken_min[i];
         int64_t m = atomic_load(&timer->stripes[i].queued_min);
         if (m < min && !hwt__stack_is_empty(&timer->stripes[i].queue))
             min = m;
     }
+    return min;
+}
+
+/* The last of the ticks up to `last` that may be processed before the
+ * queued timeouts are moved: none of them may be due in an earlier one. It
+ * goes by earliest_queued and taken_min, lower bounds - but queued_min
+ * counts a deadline just after its push: a timeout pushed a moment before
+ * may be due earlier still (it then runs after the ticks processed, as if
+ * scheduled after them: its schedule call had not returned). */
+static int64_t last_before_queued(hwt_timer *timer, int64_t last)
+{
+    int64_t min = earliest_queued(timer);
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        if (timer->taken[i] != NULL && timer->taken_min[i] < min)
+            min = timer->taken_min[i];
     return min / timer->tick_ns < last ? min / timer->tick_ns : last;
 }
 
@@ -181,8 +180,7 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
             *took = true;
         /* Before the take: a deadline pushed after it is noted afresh. */
         atomic_store(&stripe->queued_min, INT64_MAX);
-        e = reverse_live(timer, hwt__stack_take_all(&stripe->queue), dropped,
-                         &timer->taken_min[i]);
+        e = reverse_live(timer, hwt__stack_take_all(&stripe->queue), dropped, &timer->taken_min[i]);
     }
     timer->taken[i] = e->next;
     return hwt__timeout_of_queue_link(e);
@@ -359,7 +357,7 @@ static void run_loop(hwt_timer *timer)
          * before its producer counted it queued.) */
         bool work_waiting =
             (!soon && cancels_waiting(timer)) ||
-            (!more_queued && (queued_before(timer, move_now_before(wheel, next)) ||
+            (!more_queued && (earliest_queued(timer) < move_now_before(wheel, next) ||
                               (int64_t)hwt__queued_count(timer) >= timer->backlog_kick));
         if (!work_waiting) {
             int64_t until =

@@ -58,15 +58,9 @@ static bool schedule_at(hwt_timer *timer, char label, int64_t at)
     int64_t delay = at - hwt__rel_now(timer);
     if (delay <= 0)
         return false;
-    assert_int_equal(hwt_new_timeout(timer, record, (void *)(uintptr_t)label, delay,
-                                     HWT_NANOSECONDS, NULL),
-                     0);
+    assert_int_equal(
+        hwt_new_timeout(timer, record, (void *)(uintptr_t)label, delay, HWT_NANOSECONDS, NULL), 0);
     return true;
-}
-
-static uint64_t transferred(hwt_timer *timer)
-{
-    return atomic_load(&timer->transferred);
 }
 
 /* X is in the wheel for tick c+2; Y, due in the same tick, is scheduled
@@ -80,7 +74,7 @@ static void test_timeout_queued_in_its_tick_runs_in_that_pass(void **state)
         hwt_timer *timer = fresh_timer(100000);
         int64_t c = hwt__rel_now(timer) / TICK_NS;
         assert_true(schedule_at(timer, 'X', (c + 2) * TICK_NS + 20 * MS_NS));
-        assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
+        assert_true(hwtt_wait_until(atomic_load(&timer->transferred) == 1, hwtt_slack_ms(2000)));
         int64_t y_at = (c + 2) * TICK_NS + 50 * MS_NS;
         hwtt_wait_until(hwt__rel_now(timer) >= y_at - 20 * MS_NS, hwtt_slack_ms(5000));
         bool timely = schedule_at(timer, 'Y', y_at) &&
@@ -137,9 +131,8 @@ static void test_timeout_left_queued_runs_before_later_ticks(void **state)
                          0);
         assert_true(hwtt_wait_until(atomic_load(&blocking), hwtt_slack_ms(5000)));
         for (int i = 0; i < 2; i++)
-            assert_int_equal(hwt_new_timeout(timer, record, (void *)(uintptr_t)'F', 1, HWT_HOURS,
-                                             NULL),
-                             0);
+            assert_int_equal(
+                hwt_new_timeout(timer, record, (void *)(uintptr_t)'F', 1, HWT_HOURS, NULL), 0);
         int expected = 3; /* B, X, Z */
         expected += schedule_at(timer, '3', (c + 3) * TICK_NS + 50 * MS_NS);
         expected += schedule_at(timer, '4', (c + 4) * TICK_NS + 50 * MS_NS);
