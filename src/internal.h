@@ -164,7 +164,7 @@ struct hwt_timer {
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), oldest first, linked by queue_link. */
     ck_stack_entry_t *taken[HWT_STRIPES];
-    int64_t taken_min[HWT_STRIPES]; /* a lower bound of their deadlines */
+    int64_t taken_min[HWT_STRIPES];  /* a lower bound of their deadlines */
     struct hwt__stopset stopped_set; /* what the final drain took */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
