@@ -218,7 +218,10 @@ int hwt_timer_start(hwt_timer *timer)
 
 void hwt__kick(hwt_timer *timer)
 {
-    if (atomic_exchange(&timer->kicked, 1))
+    /* Read before the exchange: while the worker is already woken, threads
+     * kicking at once (cancellers, say) then share the line instead of
+     * taking it from each other. */
+    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
         return;
     atomic_fetch_add(&timer->wake_seq, 1);
     hwt__wake(&timer->wake_seq);
