@@ -143,9 +143,11 @@ struct hwt_timer {
     int64_t start_ns; /* set by the worker before state becomes STARTED */
 
     /* ---- producer side: any thread */
+    /* Read by every call, alone on its line: the counters below change often. */
     _Alignas(64) _Atomic int state;
-    _Atomic int64_t pending; /* only with max_pending > 0: the exact reservation count */
-    _Atomic uint64_t refs;   /* creator's + one per allocated timeout */
+    /* Only with max_pending > 0: the exact reservation count. */
+    _Alignas(64) _Atomic int64_t pending;
+    _Atomic uint64_t refs; /* creator's + one per allocated timeout (a magazine at a time) */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
     _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
     _Atomic int kicked;                       /* someone already woke the worker since it planned */
