@@ -58,7 +58,10 @@ static size_t process_cancels(hwt_timer *timer)
 {
     size_t n = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(&timer->stripes[i].cancels));
+        ck_stack_t *cancels = &timer->stripes[i].cancels;
+        if (hwt__stack_is_empty(cancels)) /* no write: its line holds the stripe's counters */
+            continue;
+        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(cancels));
         while (e != NULL) {
             n++;
             ck_stack_entry_t *next = e->next;
@@ -129,11 +132,12 @@ static int64_t last_before_queued(hwt_timer *timer, int64_t last)
 
 /* ---------------------------------------------------------- transfer */
 
-/* Adds n to a counter only the worker writes (others read it): no locked op. */
+/* Adds n to a counter only the worker writes (others read it): no locked
+ * op. Release, as hwt_timer_stats wants for `expired`. */
 static void bump(_Atomic uint64_t *counter, uint64_t n)
 {
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
-                          memory_order_relaxed);
+                          memory_order_release);
 }
 
 /* Reverses a stack just taken (newest first) into oldest first, letting go
@@ -242,7 +246,7 @@ static void expire(void *ctx, hwt_timeout *t)
     t->wflags |= HWT_W_RELEASED;
     /* Count down before the task runs: it sees the count without itself. */
     hwt__pending_sub(timer, 1);
-    atomic_fetch_add_explicit(&timer->expired, 1, memory_order_release); /* see hwt_timer_stats */
+    bump(&timer->expired, 1); /* release: see hwt_timer_stats */
     if (timer->executor != NULL) {
         timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
         return;
