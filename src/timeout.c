@@ -109,7 +109,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     else
         t->run = run;
     t->arg = arg;
-    int64_t now = hwt__rel_now(timer);
+    int64_t now = hwt__deadline_now_ns() - timer->start_ns;
     int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
     /* A past deadline fires on the next tick either way; keeping it at "now"
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */

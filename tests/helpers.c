@@ -96,6 +96,12 @@ void hwtt_count_task(hwt_timeout *timeout, void *arg)
 #define HWTT_ASAN 1
 #endif
 
+bool hwtt_under_valgrind(void)
+{
+    const char *preload = getenv("LD_PRELOAD");
+    return preload != NULL && strstr(preload, "vgpreload") != NULL; /* its preloaded .so */
+}
+
 int64_t hwtt_slowdown(void)
 {
     static int64_t cached;
@@ -103,11 +109,10 @@ int64_t hwtt_slowdown(void)
         return cached;
     int64_t factor = 1;
     const char *env = getenv("HWT_TEST_SLOWDOWN");
-    const char *preload = getenv("LD_PRELOAD");
     if (env != NULL && atoll(env) >= 1)
         factor = atoll(env);
-    else if (preload != NULL && strstr(preload, "vgpreload") != NULL)
-        factor = 20; /* valgrind preloads its vgpreload_*.so into the client */
+    else if (hwtt_under_valgrind())
+        factor = 20;
     else {
 #if defined(HWTT_TSAN)
         factor = 10;

@@ -64,6 +64,9 @@ void hwtt_count_task(hwt_timeout *timeout, void *arg);
  * ASan, 1 otherwise. */
 int64_t hwtt_slowdown(void);
 
+/* Whether the test runs under valgrind. */
+bool hwtt_under_valgrind(void);
+
 /* ms * hwtt_slowdown(): a generous upper-bound allowance in milliseconds. */
 int64_t hwtt_slack_ms(int64_t ms);
 
