@@ -5,8 +5,11 @@
  * libhwtimer does), or one ck_fifo_mpmc_enqueue (the issue's reference):
  *
  *   hwt-floor [n=10000000] [sleep_s=0]
- *   floor clock_ns=... enqueue_1t_ns=... enqueue_2t_ns=... push_1t_ns=...
- *         push_2t_ns=... lock_add_ns=...
+ *   floor clock_ns=... tsc_ns=... enqueue_1t_ns=... enqueue_2t_ns=...
+ *         push_1t_ns=... push_2t_ns=... lock_add_ns=...
+ *
+ * tsc_ns is a plain TSC read (x86-64; -1 elsewhere): what libhwtimer reads
+ * for a deadline instead of CLOCK_MONOTONIC where the TSC is invariant.
  *
  * With sleep_s=S it also measures the machine's own timing noise: a plain
  * thread sleeping 1 ms at a time (clock_nanosleep, absolute) for S seconds,
@@ -35,6 +38,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 static long long now_ns(void)
 {
@@ -167,6 +174,14 @@ int main(int argc, char **argv)
     for (long i = 0; i < n; i++)
         sink += now_ns();
     double clock_ns = (double)(now_ns() - t0) / (double)n;
+    /* What libhwtimer reads instead where the TSC is invariant (src/deadline_clock.c). */
+    double tsc_ns = -1;
+#if defined(__x86_64__)
+    t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        sink += (long long)__rdtsc();
+    tsc_ns = (double)(now_ns() - t0) / (double)n;
+#endif
 
     entries = aligned_alloc(64, sizeof *entries * (size_t)(n + 1));
     if (entries == NULL)
@@ -180,9 +195,9 @@ int main(int argc, char **argv)
         atomic_fetch_add(&counter, 1);
     double lock_ns = (double)(now_ns() - t0) / (double)n;
     free(entries);
-    printf("floor n=%ld clock_ns=%.1f enqueue_1t_ns=%.1f enqueue_2t_ns=%.1f push_1t_ns=%.1f"
-           " push_2t_ns=%.1f lock_add_ns=%.1f (sink %lld)\n",
-           n, clock_ns, e1, e2, p1, p2, lock_ns, sink & 1);
+    printf("floor n=%ld clock_ns=%.1f tsc_ns=%.1f enqueue_1t_ns=%.1f enqueue_2t_ns=%.1f"
+           " push_1t_ns=%.1f push_2t_ns=%.1f lock_add_ns=%.1f (sink %lld)\n",
+           n, clock_ns, tsc_ns, e1, e2, p1, p2, lock_ns, sink & 1);
     page_costs();
     if (sleep_s > 0)
         sleep_noise(sleep_s);
