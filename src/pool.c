@@ -33,9 +33,18 @@ struct mag {
     size_t count;
 };
 
+/* Allocating a recycled timeout prefetches the one this many pops ahead in
+ * its magazine, noted by its freer (hwt__timeout_free): one pop ahead is too
+ * close to hide a miss to another CPU's cache (`hwt-bench churn`, 10
+ * interleaved runs: 55.9 -> 52.8 ns per pair; 8 ahead did no better). */
+#define PREFETCH_AHEAD 4
+
 struct thread_cache {
     hwt_timer *timer;
     struct mag loaded, spare;
+    /* The last PREFETCH_AHEAD timeouts freed onto `loaded`, by free count. */
+    hwt_timeout *freed[PREFETCH_AHEAD];
+    size_t freed_count;
     /* Never used timeouts, consecutive in memory, taken in order: one write
      * each. (Chaining them first wrote every cold cache line twice.) */
     hwt_timeout *fresh;
@@ -251,6 +260,7 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
         *m = c->spare;
         c->spare.first = NULL;
         c->spare.count = 0;
+        c->freed_count = 0; /* a new chain: later frees start over */
     }
     if (m->count == 0 && c->fresh_count == 0) {
         bool fresh = true;
@@ -264,6 +274,7 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
             c->fresh_count = got.count;
         } else {
             *m = got;
+            c->freed_count = 0;
         }
     }
     hwt_timeout *t;
@@ -271,9 +282,14 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
         ck_stack_entry_t *node = m->first;
         m->first = node->next;
         m->count--;
-        if (m->first != NULL) /* recycled memory is often in another CPU's cache */
-            __builtin_prefetch(object_of(m->first), 1);
         t = object_of(node);
+        /* Recycled memory is often in another CPU's cache: fetch the one
+         * PREFETCH_AHEAD pops ahead, which its freer noted (any address of
+         * the pool is safe to prefetch). */
+        if (t->arg != NULL)
+            __builtin_prefetch(t->arg, 1);
+        else if (m->first != NULL)
+            __builtin_prefetch(object_of(m->first), 1);
     } else {
         t = c->fresh++;
         c->fresh_count--;
@@ -291,6 +307,7 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
          * binding here could pin a destroyed timer's memory to a thread that
          * merely released its last handle. Straight back to the depot. */
         node->next = NULL;
+        timeout->arg = NULL; /* nothing to prefetch after it */
         depot_push(timer, (struct mag){node, 1});
         hwt__timer_unref_n(timer, 1);
         return;
@@ -301,6 +318,7 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
         c->spare = *m;
         m->first = NULL;
         m->count = 0;
+        c->freed_count = 0;
         if (full.count > 0) {
             depot_push(timer, full);
             hwt__timer_unref_n(timer, full.count); /* never the last: `timeout` is ours */
@@ -309,4 +327,10 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
     node->next = m->first;
     m->first = node;
     m->count++;
+    /* Popped PREFETCH_AHEAD pops before the one freed that many frees ago:
+     * note it in the free timeout's `arg` (unused while free). */
+    size_t slot = c->freed_count % PREFETCH_AHEAD;
+    timeout->arg = c->freed_count >= PREFETCH_AHEAD ? c->freed[slot] : NULL;
+    c->freed[slot] = timeout;
+    c->freed_count++;
 }
