@@ -247,6 +247,13 @@ static inline int64_t hwt__rel_now(const hwt_timer *timer)
     return hwt__now_ns() - timer->start_ns;
 }
 
+/* The same on the deadline clock (never behind, a few us ahead at most):
+ * for deadlines and statistics, never for deciding what is due. */
+static inline int64_t hwt__deadline_rel_now(const hwt_timer *timer)
+{
+    return hwt__deadline_now_ns() - timer->start_ns;
+}
+
 /* timer.c */
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

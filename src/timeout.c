@@ -109,7 +109,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     else
         t->run = run;
     t->arg = arg;
-    int64_t now = hwt__deadline_now_ns() - timer->start_ns;
+    int64_t now = hwt__deadline_rel_now(timer);
     int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
     /* A past deadline fires on the next tick either way; keeping it at "now"
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
@@ -199,7 +199,7 @@ void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
     /* The deadline clock (never behind, ~0.25 us ahead) for a statistic: a
      * clock_gettime per expired timeout cost the worker 13% of its CPU in
      * `hwt-bench expire`. Never for deciding what is due (worker.c). */
-    int64_t late = hwt__deadline_now_ns() - timer->start_ns - timeout->deadline;
+    int64_t late = hwt__deadline_rel_now(timer) - timeout->deadline;
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);
