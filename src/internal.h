@@ -64,16 +64,18 @@ struct hwt__pair_block {
     struct hwt__task_pair pairs[HWT_PAIRS_PER_BLOCK];
 };
 
-/* A doubly linked list node; also the bucket list of the wheel. */
+/* A wheel bucket's doubly linked list node: the ids (ids.h) of the
+ * neighbours, HWT_ID_NONE at the ends. */
 struct hwt__link {
-    struct hwt__link *next, *prev;
+    uint32_t next, prev;
 };
 
 struct hwt_timeout {
     union {
-        struct hwt__link link;       /* wheel bucket (worker); stop's hand-back list */
-        ck_stack_entry_t queue_link; /* while queued: its stripe's new-timeout stack */
-        struct hwt__mag_head mag;    /* while free: heads a magazine (pool.c) */
+        struct hwt__link link;       /* while in a wheel bucket (worker) */
+        ck_stack_entry_t queue_link; /* while queued: its stripe's new-timeout stack;
+                                        after a stop: its overflow list (stopset.c) */
+        ck_stack_entry_t depot_link; /* while free, if it heads a magazine (pool.c) */
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
     union {
@@ -81,7 +83,10 @@ struct hwt_timeout {
         const struct hwt__task_pair *pair; /* with HWT_TO_PAIR (tasks.c) */
     };
     void *arg;
-    int64_t deadline; /* ns since the worker started; >= time scheduled */
+    union {
+        int64_t deadline; /* ns since the worker started; >= time scheduled */
+        size_t mag_count; /* while free, if it heads a magazine (pool.c) */
+    };
     _Atomic uint32_t state;
     _Atomic uint16_t refs;
     uint8_t wflags;
@@ -94,7 +99,7 @@ enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
 struct hwt__stopset {
     hwt_timeout **array;
     size_t count, cap;
-    struct hwt__link *overflow; /* chained when the array could not grow */
+    ck_stack_entry_t *overflow; /* chained by queue_link when the array could not grow */
     size_t overflow_count;
 };
 
@@ -316,11 +321,6 @@ void hwt__timeout_unref(hwt_timeout *timeout);
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout);
 void hwt__run_cancelled_callback(hwt_timeout *timeout);
 
-static inline hwt_timeout *hwt__timeout_of_link(struct hwt__link *link)
-{
-    return (hwt_timeout *)((char *)link - offsetof(hwt_timeout, link));
-}
-
 static inline hwt_timeout *hwt__timeout_of_queue_link(ck_stack_entry_t *entry)
 {
     return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, queue_link));
@@ -331,7 +331,7 @@ static inline hwt_timeout *hwt__timeout_of_stack(ck_stack_entry_t *entry)
     return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, stack_link));
 }
 
-_Static_assert(sizeof(struct hwt_timeout) == 56,
-               "a timeout is 56 bytes (SPEC 4: <= 64 per pending)");
+_Static_assert(sizeof(struct hwt_timeout) == 48,
+               "a timeout is 48 bytes (SPEC 4: <= 64 per pending)");
 
 #endif

@@ -68,13 +68,6 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define HWT_TSAN_IGNORE_END() ((void)0)
 #endif
 
-/* While free, the first object of a magazine (a chain of free objects, see
- * pool.c) links the magazine into its pool's depot and counts the chain. */
-struct hwt__mag_head {
-    ck_stack_entry_t depot_link;
-    size_t count;
-};
-
 /* ---- stacks */
 
 /* Any thread. */

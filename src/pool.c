@@ -20,13 +20,14 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ids.h"
 #include "internal.h"
 
 #define MAG_SIZE 64
-#define CHUNK_HEADER 64
-#define TIMEOUTS_PER_CHUNK ((HWT_TIMEOUT_CHUNK_BYTES - CHUNK_HEADER) / sizeof(hwt_timeout))
+#define TIMEOUTS_PER_CHUNK                                                                         \
+    ((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout))
 
-_Static_assert(sizeof(struct hwt__timeout_chunk) <= CHUNK_HEADER, "chunk header fits");
+_Static_assert(sizeof(struct hwt__timeout_chunk) <= HWT_CHUNK_HEADER_BYTES, "chunk header fits");
 
 struct mag {
     ck_stack_entry_t *first; /* free-list nodes, linked by ->next */
@@ -56,7 +57,8 @@ static pthread_key_t cache_key;
 static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 
 /* A free timeout links into its magazine through stack_link; the first one
- * of a magazine also heads it (mag, in the link union). */
+ * of a magazine also heads it: depot_link, and mag_count (in the deadline's
+ * place). */
 static hwt_timeout *object_of(ck_stack_entry_t *node)
 {
     return hwt__timeout_of_stack(node);
@@ -64,9 +66,7 @@ static hwt_timeout *object_of(ck_stack_entry_t *node)
 
 static ck_stack_entry_t *node_of_head(ck_stack_entry_t *depot_link)
 {
-    struct hwt__mag_head *head =
-        (struct hwt__mag_head *)((char *)depot_link - offsetof(struct hwt__mag_head, depot_link));
-    hwt_timeout *t = (hwt_timeout *)((char *)head - offsetof(hwt_timeout, mag));
+    hwt_timeout *t = (hwt_timeout *)((char *)depot_link - offsetof(hwt_timeout, depot_link));
     return &t->stack_link;
 }
 
@@ -78,9 +78,8 @@ static ck_stack_entry_t *node_of_head(ck_stack_entry_t *depot_link)
 
 static void depot_push_head(hwt_timer *timer, hwt_timeout *first, size_t count_and_flag)
 {
-    struct hwt__mag_head *head = &first->mag;
-    head->count = count_and_flag;
-    hwt__stack_push(&timer->pool.depot, &head->depot_link);
+    first->mag_count = count_and_flag;
+    hwt__stack_push(&timer->pool.depot, &first->depot_link);
 }
 
 static void depot_push(hwt_timer *timer, struct mag m)
@@ -95,7 +94,7 @@ static struct mag depot_pop(hwt_timer *timer, bool *fresh)
     ck_stack_entry_t *link = hwt__stack_pop(&timer->pool.depot);
     if (link != NULL) {
         m.first = node_of_head(link);
-        size_t count = object_of(m.first)->mag.count;
+        size_t count = object_of(m.first)->mag_count;
         *fresh = (count & FRESH) != 0;
         m.count = count & ~FRESH;
         atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
@@ -124,6 +123,10 @@ static struct mag grow_timeouts(hwt_timer *timer)
     char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
     if (region == NULL)
         return first;
+    if (!hwt__ids_name_region(&timer->pool.ids, region, bytes)) {
+        hwt__unmap(region, bytes);
+        return first;
+    }
     atomic_store_explicit(&timer->pool.next_region_bytes,
                           bytes * 2 > MAX_REGION_BYTES ? MAX_REGION_BYTES : bytes * 2,
                           memory_order_relaxed);
@@ -132,7 +135,7 @@ static struct mag grow_timeouts(hwt_timer *timer)
     for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
         struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)(region + off);
         chunk->timer = timer;
-        hwt_timeout *run = (hwt_timeout *)((char *)chunk + CHUNK_HEADER);
+        hwt_timeout *run = (hwt_timeout *)((char *)chunk + HWT_CHUNK_HEADER_BYTES);
         if (off == 0)
             first = (struct mag){&run->stack_link, TIMEOUTS_PER_CHUNK};
         else
@@ -143,9 +146,10 @@ static struct mag grow_timeouts(hwt_timer *timer)
     return first;
 }
 
-void hwt__pool_init(struct hwt__pool *pool)
+int hwt__pool_init(struct hwt__pool *pool)
 {
     memset(pool, 0, sizeof *pool);
+    return hwt__ids_init(&pool->ids);
 }
 
 static struct hwt__timeout_chunk *region_of(ck_stack_entry_t *region_link)
@@ -163,6 +167,7 @@ void hwt__pool_destroy(struct hwt__pool *pool)
         hwt__unmap(head, head->region_bytes);
         e = next;
     }
+    hwt__ids_free(&pool->ids);
 }
 
 size_t hwt__pool_capacity(struct hwt__pool *pool)
@@ -180,7 +185,7 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
         char *region = (char *)region_of(e);
         size_t bytes = region_of(e)->region_bytes;
         for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
-            hwt_timeout *t = (hwt_timeout *)(region + off + CHUNK_HEADER);
+            hwt_timeout *t = (hwt_timeout *)(region + off + HWT_CHUNK_HEADER_BYTES);
             for (size_t i = 0; i < TIMEOUTS_PER_CHUNK; i++)
                 fn(ctx, &t[i]);
         }

@@ -12,16 +12,25 @@
 #define HWT_POOL_H
 
 #include <ck_stack.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "hwtimer.h"
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
+#define HWT_CHUNK_HEADER_BYTES 64     /* then the timeouts */
+
+/* The pool's names for its timeouts (ids.h). */
+struct hwt__ids {
+    _Atomic(char *) *region_of_block; /* HWT_ID_BLOCKS entries */
+    _Atomic uint32_t blocks;          /* blocks given to regions so far */
+};
 
 struct hwt__pool {
-    _Alignas(16) ck_stack_t depot;   /* full magazines */
-    _Alignas(16) ck_stack_t regions; /* every region, for the final free */
+    _Alignas(16) ck_stack_t depot;    /* full magazines */
+    _Alignas(16) ck_stack_t regions;  /* every region, for the final free */
     _Atomic size_t next_region_bytes; /* regions grow geometrically */
+    struct hwt__ids ids;
 };
 
 /* Header of a timeout chunk, at its aligned start. Chunks come in regions
@@ -30,6 +39,7 @@ struct hwt__timeout_chunk {
     hwt_timer *timer;
     ck_stack_entry_t region_link;
     size_t region_bytes;
+    uint32_t first_id; /* the id of its first timeout (ids.h) */
 };
 
 static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
@@ -38,7 +48,8 @@ static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
     return ((const struct hwt__timeout_chunk *)chunk)->timer;
 }
 
-void hwt__pool_init(struct hwt__pool *pool);
+/* 0 or HWT_ENOMEM. */
+int hwt__pool_init(struct hwt__pool *pool);
 /* Frees every chunk. Only when no object of the pool is in use or cached. */
 void hwt__pool_destroy(struct hwt__pool *pool);
 

@@ -5,7 +5,7 @@
  *
  * The drain appends to a growing array, so handing back 1M timeouts touches
  * each of them once. If the array cannot grow, the rest are chained through
- * their wheel link instead: nothing is lost, and the hand-back retries the
+ * their queue link instead: nothing is lost, and the hand-back retries the
  * allocation (HWT_ENOMEM keeps everything for a later stop or destroy).
  */
 #include <string.h>
@@ -41,8 +41,8 @@ void hwt__stopset_add(struct hwt__stopset *set, hwt_timeout *t)
     if (set->count < set->cap && set->overflow == NULL) {
         set->array[set->count++] = t;
     } else {
-        t->link.next = set->overflow;
-        set->overflow = &t->link;
+        t->queue_link.next = set->overflow;
+        set->overflow = &t->queue_link;
         set->overflow_count++;
     }
 }
@@ -69,8 +69,8 @@ int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *co
         if (set->count > 0)
             memcpy(all, set->array, set->count * sizeof *all);
         size_t i = set->count;
-        for (struct hwt__link *node = set->overflow; node != NULL; node = node->next)
-            all[i++] = hwt__timeout_of_link(node);
+        for (ck_stack_entry_t *node = set->overflow; node != NULL; node = node->next)
+            all[i++] = hwt__timeout_of_queue_link(node);
         hwt__free(set->array);
         set->array = all;
     }
@@ -86,10 +86,10 @@ void hwt__stopset_drop(struct hwt__stopset *set)
         hwt__run_cancelled_callback(set->array[i]);
         hwt__timeout_unref(set->array[i]);
     }
-    struct hwt__link *node = set->overflow;
+    ck_stack_entry_t *node = set->overflow;
     while (node != NULL) {
-        struct hwt__link *next = node->next;
-        hwt_timeout *t = hwt__timeout_of_link(node);
+        ck_stack_entry_t *next = node->next;
+        hwt_timeout *t = hwt__timeout_of_queue_link(node);
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
         node = next;

@@ -143,9 +143,12 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->wake_before, INT64_MIN);
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
-    hwt__pool_init(&timer->pool);
-
-    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns) != 0) {
+    if (hwt__pool_init(&timer->pool) != 0) {
+        hwt__free(timer);
+        return HWT_ENOMEM;
+    }
+    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns, &timer->pool.ids) != 0) {
+        hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
         return HWT_ENOMEM;
     }

@@ -76,6 +76,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ids.h"
 #include "internal.h"
 
 #define LEVEL0_SCAN_WORDS 1024 /* at most 65536 buckets scanned per next-event query */
@@ -95,9 +96,11 @@ static uint32_t log2_u32(uint32_t pow2)
     return (uint32_t)__builtin_ctz(pow2);
 }
 
-int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns)
+int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns,
+                    const struct hwt__ids *ids)
 {
-    memset(wheel, 0, sizeof *wheel);
+    memset(wheel, 0, sizeof *wheel); /* every bucket empty: HWT_ID_NONE is 0 */
+    wheel->ids = ids;
     wheel->tick_ns = tick_ns;
     wheel->bits0 = log2_u32(ticks_per_wheel);
     wheel->mask0 = (uint64_t)ticks_per_wheel - 1;
@@ -227,22 +230,28 @@ static struct slot_ref slot_of(struct hwt__wheel *wheel, const hwt_timeout *t)
 
 /* ------------------------------------------------------------ lists */
 
-static void bucket_append(struct hwt__bucket *b, struct hwt__link *node)
+static hwt_timeout *timeout_at(const struct hwt__wheel *wheel, uint32_t id)
 {
-    node->next = NULL;
-    node->prev = b->tail;
-    if (b->tail != NULL)
-        b->tail->next = node;
-    else
-        b->head = node;
-    b->tail = node;
+    return hwt__ids_timeout(wheel->ids, id);
 }
 
-/* Detaches and returns a bucket's whole list (NULL-terminated via next). */
-static struct hwt__link *bucket_take(struct hwt__bucket *b)
+static void bucket_append(struct hwt__wheel *wheel, struct hwt__bucket *b, hwt_timeout *t)
 {
-    struct hwt__link *list = b->head;
-    b->head = b->tail = NULL;
+    uint32_t id = hwt__ids_of(t);
+    t->link.next = HWT_ID_NONE;
+    t->link.prev = b->tail;
+    if (b->tail != HWT_ID_NONE)
+        timeout_at(wheel, b->tail)->link.next = id;
+    else
+        b->head = id;
+    b->tail = id;
+}
+
+/* Detaches and returns a bucket's whole list (ending with HWT_ID_NONE). */
+static uint32_t bucket_take(struct hwt__bucket *b)
+{
+    uint32_t list = b->head;
+    b->head = b->tail = HWT_ID_NONE;
     return list;
 }
 
@@ -272,7 +281,7 @@ static void place_below(struct hwt__wheel *wheel, hwt_timeout *t, uint32_t max_l
     if (level > 0)
         wheel->upper_used |= UINT32_C(1) << (level - 1);
     struct slot_ref ref = slot_at(wheel, level, due);
-    bucket_append(ref.bucket, &t->link);
+    bucket_append(wheel, ref.bucket, t);
     *ref.occ_word |= ref.occ_bit;
     if (ref.count != NULL)
         (*ref.count)++;
@@ -290,19 +299,19 @@ void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *t)
 {
     struct slot_ref ref = slot_of(wheel, t);
     struct hwt__link *node = &t->link;
-    if (node->prev != NULL)
-        node->prev->next = node->next;
+    if (node->prev != HWT_ID_NONE)
+        timeout_at(wheel, node->prev)->link.next = node->next;
     else
         ref.bucket->head = node->next;
-    if (node->next != NULL)
-        node->next->prev = node->prev;
+    if (node->next != HWT_ID_NONE)
+        timeout_at(wheel, node->next)->link.prev = node->prev;
     else
         ref.bucket->tail = node->prev;
-    if (ref.bucket->head == NULL)
+    if (ref.bucket->head == HWT_ID_NONE)
         *ref.occ_word &= ~ref.occ_bit;
     if (ref.count != NULL)
         (*ref.count)--;
-    node->next = node->prev = NULL;
+    node->next = node->prev = HWT_ID_NONE;
     t->wflags &= (uint8_t)~HWT_W_LINKED;
     wheel->count--;
 }
@@ -310,17 +319,16 @@ void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *t)
 /* Unlinks the first timeout of a non-empty upper slot (neighbours kept). */
 static hwt_timeout *slot_pop(struct hwt__wheel *wheel, struct slot_ref ref)
 {
-    struct hwt__link *node = ref.bucket->head;
-    ref.bucket->head = node->next;
-    if (node->next != NULL)
-        node->next->prev = NULL;
+    hwt_timeout *t = timeout_at(wheel, ref.bucket->head);
+    ref.bucket->head = t->link.next;
+    if (t->link.next != HWT_ID_NONE)
+        timeout_at(wheel, t->link.next)->link.prev = HWT_ID_NONE;
     else {
-        ref.bucket->tail = NULL;
+        ref.bucket->tail = HWT_ID_NONE;
         *ref.occ_word &= ~ref.occ_bit;
     }
     (*ref.count)--;
     wheel->count--;
-    hwt_timeout *t = hwt__timeout_of_link(node);
     t->wflags &= (uint8_t)~HWT_W_LINKED;
     return t;
 }
@@ -331,16 +339,15 @@ static hwt_timeout *slot_pop(struct hwt__wheel *wheel, struct slot_ref ref)
 static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
 {
     struct slot_ref ref = slot_at(wheel, level, tick);
-    struct hwt__link *node = bucket_take(ref.bucket);
+    uint32_t id = bucket_take(ref.bucket);
     *ref.occ_word &= ~ref.occ_bit;
     wheel->count -= *ref.count;
     *ref.count = 0;
-    while (node != NULL) {
-        struct hwt__link *next = node->next;
-        hwt_timeout *t = hwt__timeout_of_link(node);
+    while (id != HWT_ID_NONE) {
+        hwt_timeout *t = timeout_at(wheel, id);
+        id = t->link.next;
         t->wflags &= (uint8_t)~HWT_W_LINKED;
         place_below(wheel, t, level - 1);
-        node = next;
     }
 }
 
@@ -491,17 +498,16 @@ size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget)
 static void drain_bucket(struct hwt__wheel *wheel, struct hwt__bucket *b,
                          void (*fn)(void *ctx, hwt_timeout *timeout), void *ctx)
 {
-    struct hwt__link *node = bucket_take(b);
+    uint32_t id = bucket_take(b);
     if (fn == NULL) /* hwt__wheel_clear: each was forgotten already */
         return;
-    while (node != NULL) {
-        struct hwt__link *next = node->next;
-        hwt_timeout *t = hwt__timeout_of_link(node);
-        node->next = node->prev = NULL;
+    while (id != HWT_ID_NONE) {
+        hwt_timeout *t = timeout_at(wheel, id);
+        id = t->link.next;
+        t->link.next = t->link.prev = HWT_ID_NONE;
         t->wflags &= (uint8_t)~HWT_W_LINKED;
         wheel->count--;
         fn(ctx, t);
-        node = next;
     }
 }
 
@@ -554,7 +560,7 @@ void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeou
 
 void hwt__wheel_forget(struct hwt__wheel *wheel, hwt_timeout *t)
 {
-    t->link.next = t->link.prev = NULL;
+    t->link.next = t->link.prev = HWT_ID_NONE;
     t->wflags &= (uint8_t)~HWT_W_LINKED;
     wheel->count--;
 }
@@ -571,15 +577,17 @@ void hwt__wheel_clear(struct hwt__wheel *wheel)
 static bool check_bucket(const struct hwt__wheel *wheel, const struct hwt__bucket *b, bool occupied,
                          uint32_t level, size_t *seen, size_t *len)
 {
-    if ((b->head != NULL) != occupied)
+    if ((b->head != HWT_ID_NONE) != occupied)
         return false;
     uint64_t cur_range = range_of(wheel, wheel->cur, level);
-    const struct hwt__link *prev = NULL;
+    uint32_t prev = HWT_ID_NONE;
     *len = 0;
-    for (const struct hwt__link *n = b->head; n != NULL; prev = n, n = n->next) {
-        const hwt_timeout *t = (const hwt_timeout *)((const char *)n - offsetof(hwt_timeout, link));
+    for (uint32_t id = b->head; id != HWT_ID_NONE;
+         prev = id, id = timeout_at(wheel, id)->link.next) {
+        const hwt_timeout *t = timeout_at(wheel, id);
         int64_t due = effective_due(wheel, t);
-        if (n->prev != prev || !(t->wflags & HWT_W_LINKED) || t->wlevel != level)
+        if (hwt__ids_of(t) != id || t->link.prev != prev || !(t->wflags & HWT_W_LINKED) ||
+            t->wlevel != level)
             return false;
         if (slot_of((struct hwt__wheel *)wheel, t).bucket != b)
             return false;

@@ -16,14 +16,16 @@
 #define HWT_LEVEL_SLOTS 64
 #define HWT_MAX_UPPER_LEVELS 11 /* enough for 63-bit tick numbers with a 1-bucket wheel */
 
-struct hwt__link;
+struct hwt__ids;
 
+/* A list of timeouts by id (ids.h); HWT_ID_NONE when empty. */
 struct hwt__bucket {
-    struct hwt__link *head, *tail;
+    uint32_t head, tail;
 };
 
 struct hwt__wheel {
-    int64_t cur; /* the next tick to process; every earlier one is done */
+    int64_t cur;                /* the next tick to process; every earlier one is done */
+    const struct hwt__ids *ids; /* the names of the timeouts it links */
     int64_t tick_ns;
     uint32_t bits0;        /* log2 of the level-0 length (ticks_per_wheel) */
     uint32_t upper_levels; /* levels above level 0 */
@@ -52,8 +54,10 @@ struct hwt__wheel {
 /* Smallest power of two >= n (n in 1 .. 2^30). */
 uint32_t hwt__wheel_round_length(uint32_t n);
 
-/* 0 or HWT_ENOMEM. ticks_per_wheel is a power of two. */
-int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns);
+/* 0 or HWT_ENOMEM. ticks_per_wheel is a power of two. The wheel links
+ * timeouts named by `ids` (those of one pool). */
+int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns,
+                    const struct hwt__ids *ids);
 void hwt__wheel_free(struct hwt__wheel *wheel);
 
 /* Links a timeout (not linked) into the bucket of tick floor(deadline/tick),

@@ -2,12 +2,15 @@
  * test_pool.c - the timeout pool (pool.c): never used timeouts are handed
  * out in memory order from fresh runs, recycled ones from magazines; a
  * thread that exits gives both back, and nothing is ever handed out twice.
+ * Timeout ids (ids.h) name each timeout of every region, and a pool whose
+ * ids are used up fails a schedule cleanly.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "helpers.h"
+#include "ids.h"
 #include "internal.h"
 
 static void noop(hwt_timeout *timeout, void *arg)
@@ -51,6 +54,12 @@ static void schedule_on_thread(struct sched_job *job)
     assert_int_equal(pthread_create(&th, NULL, schedule_n, job), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(job->failures, 0);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -169,6 +178,58 @@ static void test_nothing_is_handed_out_twice(void **state)
     hwtt_destroy(timer);
 }
 
+/* Regions of every size (16 KiB doubling to 2 MiB, then 2 MiB): each
+ * timeout's id names it, and no two share an id. */
+static void test_ids_name_every_timeout(void **state)
+{
+    (void)state;
+    enum { N = 120000 }; /* regions of 16 KiB .. 2 MiB, and a second 2 MiB one */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    hwt_timeout **h = calloc(N, sizeof *h);
+    uint32_t *ids = calloc(N, sizeof *ids);
+    assert_non_null(h);
+    assert_non_null(ids);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &h[i]), 0);
+    assert_true(atomic_load(&timer->pool.ids.blocks) >= 9);
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = hwt__ids_of(h[i]);
+        assert_true(ids[i] != HWT_ID_NONE);
+        assert_ptr_equal(hwt__ids_timeout(&timer->pool.ids, ids[i]), h[i]);
+    }
+    qsort(ids, N, sizeof *ids, cmp_u32);
+    for (size_t i = 1; i < N; i++)
+        assert_true(ids[i - 1] != ids[i]);
+    for (size_t i = 0; i < N; i++)
+        hwt_timeout_release(h[i]);
+    free(ids);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* With every block of ids taken, the pool cannot grow: HWT_ENOMEM, and
+ * nothing changes (SPEC: an allocation failure loses nothing). */
+static void test_ids_used_up_is_enomem(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    atomic_store(&timer->pool.ids.blocks, HWT_ID_BLOCKS);
+    hwt_timeout *t = NULL;
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &t), HWT_ENOMEM);
+    assert_null(t);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    assert_int_equal(hwt__pool_capacity(&timer->pool), 0);
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    assert_int_equal(st.scheduled, 0);
+    atomic_store(&timer->pool.ids.blocks, 0);
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &t), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 1);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -177,6 +238,8 @@ int main(void)
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_ids_name_every_timeout, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_ids_used_up_is_enomem, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,13 +18,43 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "ids.h"
 #include "internal.h"
 #include "wheel.h"
 
 #define N_TIMEOUTS 4000
 
+/* Timeouts in chunks named as a pool names them: the wheel links by id. */
+struct named_timeouts {
+    struct hwt__ids ids;
+    char *region;
+};
+
+static void named_timeouts_new(struct named_timeouts *nt, size_t n, hwt_timeout **out)
+{
+    size_t per_chunk = (HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout);
+    size_t bytes = (n + per_chunk - 1) / per_chunk * HWT_TIMEOUT_CHUNK_BYTES;
+    assert_int_equal(posix_memalign((void **)&nt->region, HWT_TIMEOUT_CHUNK_BYTES, bytes), 0);
+    memset(nt->region, 0, bytes);
+    assert_int_equal(hwt__ids_init(&nt->ids), 0);
+    assert_true(hwt__ids_name_region(&nt->ids, nt->region, bytes));
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (hwt_timeout *)(nt->region + i / per_chunk * HWT_TIMEOUT_CHUNK_BYTES +
+                                 HWT_CHUNK_HEADER_BYTES) +
+                 i % per_chunk;
+        assert_true(hwt__ids_timeout(&nt->ids, hwt__ids_of(out[i])) == out[i]);
+    }
+}
+
+static void named_timeouts_free(struct named_timeouts *nt)
+{
+    hwt__ids_free(&nt->ids);
+    free(nt->region);
+}
+
 struct model {
-    hwt_timeout t[N_TIMEOUTS];
+    struct named_timeouts named;
+    hwt_timeout *t[N_TIMEOUTS];    /* t[i]->arg is i */
     int64_t fire_tick[N_TIMEOUTS]; /* expected */
     int64_t fired_at[N_TIMEOUTS];  /* observed, -1 if not */
     uint64_t seq[N_TIMEOUTS];      /* placement order */
@@ -49,7 +79,7 @@ static uint64_t rnd(void)
 static void on_expire(void *ctx, hwt_timeout *t)
 {
     struct model *m = ctx;
-    size_t i = (size_t)(t - m->t);
+    size_t i = (size_t)(uintptr_t)t->arg;
     int64_t tick = m->wheel.cur;
     if (!m->live[i] || m->fired_at[i] != -1)
         m->errors++;
@@ -85,19 +115,29 @@ static struct model *model_new(uint32_t wheel_len)
 {
     struct model *m = calloc(1, sizeof *m);
     assert_non_null(m);
-    assert_int_equal(hwt__wheel_init(&m->wheel, wheel_len, 1), 0);
-    for (size_t i = 0; i < N_TIMEOUTS; i++)
+    named_timeouts_new(&m->named, N_TIMEOUTS, m->t);
+    assert_int_equal(hwt__wheel_init(&m->wheel, wheel_len, 1, &m->named.ids), 0);
+    for (size_t i = 0; i < N_TIMEOUTS; i++) {
+        m->t[i]->arg = (void *)(uintptr_t)i;
         m->fired_at[i] = -1;
+    }
     return m;
+}
+
+static void model_free(struct model *m)
+{
+    hwt__wheel_free(&m->wheel);
+    named_timeouts_free(&m->named);
+    free(m);
 }
 
 static void model_place(struct model *m, size_t i, int64_t deadline)
 {
-    m->t[i].deadline = deadline;
+    m->t[i]->deadline = deadline;
     m->fire_tick[i] = deadline < m->wheel.cur ? m->wheel.cur : deadline;
     m->seq[i] = m->next_seq++;
     m->live[i] = true;
-    hwt__wheel_place(&m->wheel, &m->t[i]);
+    hwt__wheel_place(&m->wheel, m->t[i]);
 }
 
 static int64_t model_earliest(const struct model *m, size_t used)
@@ -143,7 +183,7 @@ static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
         } else if (op < 7 && used > 0) {
             size_t i = (size_t)(rnd() % used);
             if (m->live[i]) {
-                hwt__wheel_unlink(&m->wheel, &m->t[i]);
+                hwt__wheel_unlink(&m->wheel, m->t[i]);
                 m->live[i] = false;
             }
         } else {
@@ -169,8 +209,7 @@ static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
         assert_int_equal(m->errors, 0);
         assert_true(hwt__wheel_check(&m->wheel));
     }
-    hwt__wheel_free(&m->wheel);
-    free(m);
+    model_free(m);
 }
 
 static void run_model(uint32_t wheel_len, int rounds)
@@ -260,7 +299,7 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
         } else if (op < 30 && used > 0) {
             size_t i = (size_t)(rnd() % used);
             if (m->live[i]) {
-                hwt__wheel_unlink(w, &m->t[i]);
+                hwt__wheel_unlink(w, m->t[i]);
                 m->live[i] = false;
             }
         } else if (rnd() % 512 < (uint64_t)(4 * width / unit)) { /* tiny wheels: rarer */
@@ -284,7 +323,7 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
             unsigned levels = 0;
             for (size_t i = 0; i < used; i++)
                 if (m->live[i] && m->fire_tick[i] == targets[k])
-                    levels |= 1u << m->t[i].wlevel;
+                    levels |= 1u << m->t[i]->wlevel;
             int n = __builtin_popcount(levels);
             if (n > spread)
                 spread = n;
@@ -292,8 +331,7 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
     }
     for (size_t i = 0; i < used; i++)
         assert_true(!m->live[i] || m->fired_at[i] != -1 || m->fire_tick[i] > b + width);
-    hwt__wheel_free(&m->wheel);
-    free(m);
+    model_free(m);
     return spread;
 }
 
@@ -375,7 +413,7 @@ static void staircase(uint32_t wheel_len, uint32_t top, bool late)
     unsigned levels = 0;
     for (size_t i = 0; i < used; i++)
         if (m->fire_tick[i] == b)
-            levels |= 1u << m->t[i].wlevel;
+            levels |= 1u << m->t[i]->wlevel;
     /* b's timeouts at every level bottom-1 .. top */
     assert_int_equal(levels, ((2u << top) - 1) & ~((1u << (bottom - 1)) - 1));
     if (late) {
@@ -392,8 +430,7 @@ static void staircase(uint32_t wheel_len, uint32_t top, bool late)
     for (size_t i = 0; i < used; i++)
         assert_true(m->fired_at[i] == m->fire_tick[i]);
     assert_int_equal(w->count, 0);
-    hwt__wheel_free(&m->wheel);
-    free(m);
+    model_free(m);
 }
 
 static void test_same_tick_staircase(void **state)
@@ -434,7 +471,7 @@ static void test_precascade_spreads_every_level(void **state)
         model_place(m, used, 2 * w2 + (int64_t)(rnd() % (uint64_t)w2));
     for (; used < 4000; used++)
         model_place(m, used, 2 * w3 + (int64_t)(rnd() % (uint64_t)w3));
-    assert_true(m->t[0].wlevel == 2 && m->t[3999].wlevel == 3);
+    assert_true(m->t[0]->wlevel == 2 && m->t[3999]->wlevel == 3);
     assert_int_equal(hwt__wheel_next_event(w), 2 * w2 - window_of(w, 2));
     /* Woken for something else before the window opens: nothing moves yet
      * (a timer holding far timeouts stays idle). */
@@ -456,8 +493,7 @@ static void test_precascade_spreads_every_level(void **state)
     for (size_t i = 0; i < used; i++)
         assert_true(m->fired_at[i] == m->fire_tick[i]);
     assert_true(max_moved <= 6 * budget); /* unspread: 1000 at once */
-    hwt__wheel_free(&m->wheel);
-    free(m);
+    model_free(m);
 }
 
 /* Deadlines near the end of time, from cur 0, driven as the worker drives
@@ -492,8 +528,7 @@ static void test_huge_deadlines(void **state)
             assert_true(deadlines[i] == INT64_MAX ? m->live[i] && m->fired_at[i] == -1
                                                   : m->fired_at[i] == deadlines[i]);
         assert_int_equal(w->count, 2);
-        hwt__wheel_free(&m->wheel);
-        free(m);
+        model_free(m);
     }
 }
 
@@ -508,11 +543,12 @@ static void test_far_timeout_not_rescanned(void **state)
 {
     (void)state;
     struct hwt__wheel w;
-    assert_int_equal(hwt__wheel_init(&w, 512, 1), 0);
-    hwt_timeout t;
-    memset(&t, 0, sizeof t);
-    t.deadline = 60000; /* ~117 revolutions of a 512-tick wheel */
-    hwt__wheel_place(&w, &t);
+    struct named_timeouts named;
+    hwt_timeout *t;
+    named_timeouts_new(&named, 1, &t);
+    assert_int_equal(hwt__wheel_init(&w, 512, 1, &named.ids), 0);
+    t->deadline = 60000; /* ~117 revolutions of a 512-tick wheel */
+    hwt__wheel_place(&w, t);
     int wakeups = 0, fired = 0;
     while (fired == 0 && wakeups < 1000) {
         int64_t next = hwt__wheel_next_event(&w);
@@ -528,24 +564,21 @@ static void test_far_timeout_not_rescanned(void **state)
      * tick; far fewer than 117 */
     assert_true(wakeups <= 4);
     hwt__wheel_free(&w);
+    named_timeouts_free(&named);
 }
 
 /* Timeouts due at the same tick keep their placement order across cascades. */
 static void test_same_tick_order_across_levels(void **state)
 {
     (void)state;
-    struct model *m = calloc(1, sizeof *m);
-    assert_non_null(m);
-    assert_int_equal(hwt__wheel_init(&m->wheel, 8, 1), 0);
-    for (size_t i = 0; i < N_TIMEOUTS; i++)
-        m->fired_at[i] = -1;
+    struct model *m = model_new(8);
     /* A: placed early (lands high); B: placed later (lands lower); same tick. */
     for (size_t i = 0; i < 10; i++) {
-        m->t[i].deadline = 5000;
+        m->t[i]->deadline = 5000;
         m->fire_tick[i] = 5000;
         m->seq[i] = m->next_seq++;
         m->live[i] = true;
-        hwt__wheel_place(&m->wheel, &m->t[i]);
+        hwt__wheel_place(&m->wheel, m->t[i]);
         m->last_tick = -1;
         hwt__wheel_advance(&m->wheel, m->wheel.cur + 400, on_expire, m);
     }
@@ -555,8 +588,7 @@ static void test_same_tick_order_across_levels(void **state)
     assert_int_equal(m->errors, 0);
     for (size_t i = 0; i < 10; i++)
         assert_true(m->fired_at[i] == 5000);
-    hwt__wheel_free(&m->wheel);
-    free(m);
+    model_free(m);
 }
 
 int main(void)
