@@ -21,7 +21,7 @@ void hwt__ids_free(struct hwt__ids *ids)
     ids->region_of_block = NULL;
 }
 
-bool hwt__ids_name_region(struct hwt__ids *ids, char *region, size_t bytes)
+bool hwt__ids_name_region(struct hwt__ids *ids, char *region)
 {
     uint32_t block = atomic_load_explicit(&ids->blocks, memory_order_relaxed);
     do {
@@ -30,9 +30,6 @@ bool hwt__ids_name_region(struct hwt__ids *ids, char *region, size_t bytes)
     } while (!atomic_compare_exchange_weak_explicit(&ids->blocks, &block, block + 1,
                                                     memory_order_relaxed, memory_order_relaxed));
     atomic_store_explicit(&ids->region_of_block[block], region, memory_order_relaxed);
-    for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
-        struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)(region + off);
-        chunk->first_id = (block << 16 | (uint32_t)(off / HWT_TIMEOUT_CHUNK_BYTES) << 9) + 1;
-    }
+    ((struct hwt__timeout_chunk *)region)->first_id = (block << 16) + 1;
     return true;
 }

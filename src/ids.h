@@ -29,11 +29,17 @@ _Static_assert((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_t
 int hwt__ids_init(struct hwt__ids *ids);
 void hwt__ids_free(struct hwt__ids *ids);
 
-/* Gives a new region (`bytes`, a multiple of the chunk size up to 2 MiB,
- * chunk-aligned) a block of ids and writes each chunk's first id. False
- * when every block is taken (HWT_ID_BLOCKS regions: over 2.8 billion
- * timeouts). Any thread. */
-bool hwt__ids_name_region(struct hwt__ids *ids, char *region, size_t bytes);
+/* Gives a new region (chunk-aligned, at most 2 MiB) a block of ids and
+ * writes its first chunk's first id; each further chunk's is
+ * hwt__ids_next_chunk of the one before. False when every block is taken
+ * (HWT_ID_BLOCKS regions: over 2.8 billion timeouts). Any thread. */
+bool hwt__ids_name_region(struct hwt__ids *ids, char *region);
+
+/* The first id of the chunk after one whose first id is `first_id`. */
+static inline uint32_t hwt__ids_next_chunk(uint32_t first_id)
+{
+    return first_id + (UINT32_C(1) << 9);
+}
 
 static inline hwt_timeout *hwt__ids_timeout(const struct hwt__ids *ids, uint32_t id)
 {

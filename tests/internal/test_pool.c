@@ -179,7 +179,8 @@ static void test_nothing_is_handed_out_twice(void **state)
 }
 
 /* Regions of every size (16 KiB doubling to 2 MiB, then 2 MiB): each
- * timeout's id names it, and no two share an id. */
+ * timeout's id names it, no two share an id, and each chunk names its
+ * timer. */
 static void test_ids_name_every_timeout(void **state)
 {
     (void)state;
@@ -189,13 +190,20 @@ static void test_ids_name_every_timeout(void **state)
     uint32_t *ids = calloc(N, sizeof *ids);
     assert_non_null(h);
     assert_non_null(ids);
-    for (size_t i = 0; i < N; i++)
-        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &h[i]), 0);
+    /* 1000 at a time, each from a thread that then exits: the next thread
+     * continues the fresh run it gave back, across chunk ends (whose
+     * headers are written as the run reaches them). */
+    hwtt_rec rec = {0};
+    for (size_t i = 0; i < N; i += 1000) {
+        struct sched_job job = {timer, 1000, &h[i], &rec, 0};
+        schedule_on_thread(&job);
+    }
     assert_true(atomic_load(&timer->pool.ids.blocks) >= 9);
     for (size_t i = 0; i < N; i++) {
         ids[i] = hwt__ids_of(h[i]);
         assert_true(ids[i] != HWT_ID_NONE);
         assert_ptr_equal(hwt__ids_timeout(&timer->pool.ids, ids[i]), h[i]);
+        assert_ptr_equal(hwt__timer_of(h[i]), timer);
     }
     qsort(ids, N, sizeof *ids, cmp_u32);
     for (size_t i = 1; i < N; i++)

@@ -37,7 +37,13 @@ static void named_timeouts_new(struct named_timeouts *nt, size_t n, hwt_timeout 
     assert_int_equal(posix_memalign((void **)&nt->region, HWT_TIMEOUT_CHUNK_BYTES, bytes), 0);
     memset(nt->region, 0, bytes);
     assert_int_equal(hwt__ids_init(&nt->ids), 0);
-    assert_true(hwt__ids_name_region(&nt->ids, nt->region, bytes));
+    assert_true(hwt__ids_name_region(&nt->ids, nt->region));
+    for (size_t off = HWT_TIMEOUT_CHUNK_BYTES; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
+        const struct hwt__timeout_chunk *before =
+            (const struct hwt__timeout_chunk *)(nt->region + off - HWT_TIMEOUT_CHUNK_BYTES);
+        ((struct hwt__timeout_chunk *)(nt->region + off))->first_id =
+            hwt__ids_next_chunk(before->first_id);
+    }
     for (size_t i = 0; i < n; i++) {
         out[i] = (hwt_timeout *)(nt->region + i / per_chunk * HWT_TIMEOUT_CHUNK_BYTES +
                                  HWT_CHUNK_HEADER_BYTES) +
