@@ -169,10 +169,13 @@ struct hwt_timer {
     size_t awaiting_cancel; /* let go of, cancellation not processed yet */
     unsigned next_stripe;   /* the stripe transfer starts with */
     /* Per stripe, what the worker took from the stack but has not moved yet
-     * (the transfer budget ran out), oldest first, linked by queue_link. */
+     * (the transfer budget ran out), linked by queue_link: those due soon
+     * first, then the others, each part oldest first (worker.c). */
     ck_stack_entry_t *taken[HWT_STRIPES];
-    int64_t taken_min[HWT_STRIPES];  /* a lower bound of their deadlines */
-    struct hwt__stopset stopped_set; /* what the final drain took */
+    int64_t taken_min[HWT_STRIPES];       /* a lower bound of their deadlines */
+    size_t taken_soon[HWT_STRIPES];       /* how many of them are due soon */
+    int64_t taken_later_min[HWT_STRIPES]; /* a lower bound of the others' deadlines */
+    struct hwt__stopset stopped_set;      /* what the final drain took */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;

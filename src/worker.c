@@ -117,16 +117,25 @@ static int64_t earliest_queued(hwt_timer *timer)
 
 /* The last of the ticks up to `last` that may be processed before the
  * queued timeouts are moved: none of them may be due in an earlier one. It
- * goes by earliest_queued and taken_min, lower bounds - but queued_min
- * counts a deadline just after its push: a timeout pushed a moment before
- * may be due earlier still (it then runs after the ticks processed, as if
- * scheduled after them: its schedule call had not returned). */
-static int64_t last_before_queued(hwt_timer *timer, int64_t last)
+ * goes by earliest_queued and the taken lists' minimum deadlines, lower
+ * bounds - but queued_min counts a deadline just after its push: a timeout
+ * pushed a moment before may be due earlier still (it then runs after the
+ * ticks processed, as if scheduled after them: its schedule call had not
+ * returned). Between two slices of a transfer (`mid_transfer`), a taken
+ * list whose due-soon part has been moved counts by the rest's minimum: the
+ * transfer goes on with the rest. Otherwise by the whole list's, as a pass
+ * whose budget ran out leaves the rest for the next one. */
+static int64_t last_before_queued(hwt_timer *timer, int64_t last, bool mid_transfer)
 {
     int64_t min = earliest_queued(timer);
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        if (timer->taken[i] != NULL && timer->taken_min[i] < min)
-            min = timer->taken_min[i];
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        if (timer->taken[i] == NULL)
+            continue;
+        int64_t m = mid_transfer && timer->taken_soon[i] == 0 ? timer->taken_later_min[i]
+                                                              : timer->taken_min[i];
+        if (m < min)
+            min = m;
+    }
     return min / timer->tick_ns < last ? min / timer->tick_ns : last;
 }
 
@@ -140,38 +149,63 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
                           memory_order_release);
 }
 
-/* Reverses a stack just taken (newest first) into oldest first, letting go
- * of the timeouts already cancelled on the way: each is touched once, not
- * twice (`hwt-bench churn`, where most are). Adds their number to *dropped;
- * sets *min to the earliest deadline of those kept. */
-static ck_stack_entry_t *reverse_live(hwt_timer *timer, ck_stack_entry_t *newest_first,
-                                      size_t *dropped, int64_t *min)
+/* How far ahead "due soon" reaches when a stack is taken: about as long
+ * as moving a full budget can take here (100 000 timeouts: 3-8 ms while
+ * producers share the CPUs), and at least 2 ticks. */
+#define SOON_NS (8 * INT64_C(1000000))
+
+/* Reverses a stack just taken (newest first) into the order it is moved in:
+ * the timeouts due before `soon_before` (ns since start) first, then the
+ * rest, each part oldest first - a stable partition, so timeouts due in one
+ * tick keep their order. The soon ones are few (a few ms of deadlines); once
+ * they are in the wheel, the ticks before the rest's earliest deadline can
+ * run between slices of a long transfer (run_loop). Lets go of the timeouts
+ * already cancelled on the way: each is touched once, not twice
+ * (`hwt-bench churn`, where most are), and adds their number to *dropped.
+ * Sets stripe i's taken_min, taken_soon and taken_later_min. */
+static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_entry_t *newest_first,
+                                      int64_t soon_before, size_t *dropped)
 {
-    ck_stack_entry_t *oldest_first = NULL;
-    *min = INT64_MAX;
+    ck_stack_entry_t *soon = NULL, *soon_last = NULL, *later = NULL;
+    int64_t soon_min = INT64_MAX, later_min = INT64_MAX;
+    size_t soon_count = 0;
     while (newest_first != NULL) {
         ck_stack_entry_t *next = newest_first->next;
         hwt_timeout *t = hwt__timeout_of_queue_link(newest_first);
         if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
             let_go_cancelled(timer, t); /* cancelled for good: order does not matter */
             ++*dropped;
+        } else if (t->deadline < soon_before) {
+            if (soon_last == NULL)
+                soon_last = newest_first;
+            newest_first->next = soon;
+            soon = newest_first;
+            soon_count++;
+            if (t->deadline < soon_min)
+                soon_min = t->deadline;
         } else {
-            newest_first->next = oldest_first;
-            oldest_first = newest_first;
-            if (t->deadline < *min)
-                *min = t->deadline;
+            newest_first->next = later;
+            later = newest_first;
+            if (t->deadline < later_min)
+                later_min = t->deadline;
         }
         newest_first = next;
     }
-    return oldest_first;
+    timer->taken_soon[i] = soon_count;
+    timer->taken_min[i] = soon_count > 0 ? soon_min : later_min;
+    timer->taken_later_min[i] = later_min;
+    if (soon_last == NULL)
+        return later;
+    soon_last->next = later;
+    return soon;
 }
 
 /* The oldest new timeout of stripe i, or NULL. Takes the stripe's whole
- * stack when what was taken before has been moved - once per transfer when
- * `took` is given (set when it did): a transfer that took again whatever was
- * pushed meanwhile could chase the producers for the whole budget while due
- * ticks wait (`hwt-bench expire`: 58 000 timeouts in 7 ms). The cancelled
- * ones of a new take are let go of at once and counted in *dropped. */
+ * stack when what was taken before has been moved - once per pass when
+ * `took` is given (set when it did): a pass that took again whatever was
+ * pushed meanwhile could chase the producers for its whole budget
+ * (`hwt-bench expire`: 58 000 timeouts in 7 ms). The cancelled ones of a new
+ * take are let go of at once and counted in *dropped. */
 static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t *dropped)
 {
     ck_stack_entry_t *e = timer->taken[i];
@@ -184,44 +218,55 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
             *took = true;
         /* Before the take: a deadline pushed after it is noted afresh. */
         atomic_store(&stripe->queued_min, INT64_MAX);
-        e = reverse_live(timer, hwt__stack_take_all(&stripe->queue), dropped, &timer->taken_min[i]);
+        int64_t soon = SOON_NS > 2 * timer->tick_ns ? SOON_NS : hwt__sat_mul(2, timer->tick_ns);
+        int64_t soon_before = hwt__sat_add(hwt__rel_now(timer), soon);
+        e = reverse_live(timer, i, hwt__stack_take_all(&stripe->queue), soon_before, dropped);
     }
     timer->taken[i] = e->next;
+    if (timer->taken_soon[i] > 0)
+        timer->taken_soon[i]--;
     return hwt__timeout_of_queue_link(e);
 }
 
 static void expire(void *ctx, hwt_timeout *t);
 
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
- * the stripes in turn (each in its own order). Marking each one TRANSFERRED
+ * the stripes in turn (each in its own order; took[i]: stripe i's stack was
+ * taken in this pass). Marking each one TRANSFERRED
  * (a CAS, against a racing cancel) tells its canceller that the worker must
  * hear of the cancel; the cancelled ones it drops instead are counted in
  * *cancelled. With `run_overdue`, the ticks before cur were processed ahead
  * of this transfer (see run_loop): a timeout due in one of them runs at
  * once, where placing it would wait for the next pass. */
-static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, size_t *cancelled)
+static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bool *took,
+                         size_t *cancelled)
 {
     const int64_t overdue_before = run_overdue ? timer->wheel.cur * timer->tick_ns : INT64_MIN;
     uint32_t n = 0;
     size_t dropped = 0;
-    for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
-        unsigned i = (timer->next_stripe + k) % HWT_STRIPES;
-        bool took = false;
-        while (n < budget) {
-            hwt_timeout *t = take_queued(timer, i, &took, &dropped);
-            if (t == NULL)
-                break;
-            n++;
-            uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
-            if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
-                atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
-                if (t->deadline < overdue_before)
-                    expire(timer, t);
-                else
-                    hwt__wheel_place(&timer->wheel, t);
-            } else {
-                let_go_cancelled(timer, t);
-                ++*cancelled;
+    /* Every stripe's timeouts due soon first (a take puts them in front;
+     * at most one other is moved with them, the first of the rest), then
+     * the rest. */
+    for (int soon_only = 1; soon_only >= 0; soon_only--) {
+        for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
+            unsigned i = (timer->next_stripe + k) % HWT_STRIPES;
+            while (n < budget &&
+                   (!soon_only || timer->taken_soon[i] > 0 || timer->taken[i] == NULL)) {
+                hwt_timeout *t = take_queued(timer, i, &took[i], &dropped);
+                if (t == NULL)
+                    break;
+                n++;
+                uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
+                if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
+                    atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
+                    if (t->deadline < overdue_before)
+                        expire(timer, t);
+                    else
+                        hwt__wheel_place(&timer->wheel, t);
+                } else {
+                    let_go_cancelled(timer, t);
+                    ++*cancelled;
+                }
             }
         }
     }
@@ -289,6 +334,35 @@ static int64_t move_now_before(const struct hwt__wheel *wheel, int64_t next)
     return next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, wheel->tick_ns);
 }
 
+/* Timeouts moved between two looks at the clock in a long transfer. */
+#define TRANSFER_SLICE 8192
+
+/* Moves up to the budget of new timeouts (the stacks' due-soon timeouts
+ * first), in slices: the ticks that end meanwhile run between two slices,
+ * as far as nothing still queued or taken is due before them. Moving a full
+ * budget took 3-8 ms while producers shared the CPUs, and a due tick waited
+ * for all of it (`hwt-bench expire`: the worst lateness, in the scheduling
+ * burst). Returns how many were moved. */
+static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *cancels)
+{
+    struct hwt__wheel *wheel = &timer->wheel;
+    bool took[HWT_STRIPES] = {false};
+    uint32_t moved = 0;
+    for (;;) {
+        uint32_t left = timer->max_transfers - moved;
+        uint32_t slice = left < TRANSFER_SLICE ? left : TRANSFER_SLICE;
+        uint32_t n = transfer(timer, slice, run_overdue, took, cancels);
+        moved += n;
+        if (n < slice || moved == timer->max_transfers)
+            return moved;
+        int64_t ended = last_before_queued(timer, hwt__rel_now(timer) / timer->tick_ns - 1, true);
+        if (ended >= wheel->cur) {
+            hwt__wheel_advance(wheel, ended, expire, timer);
+            run_overdue = true;
+        }
+    }
+}
+
 static void run_loop(hwt_timer *timer)
 {
     struct hwt__wheel *wheel = &timer->wheel;
@@ -309,16 +383,16 @@ static void run_loop(hwt_timer *timer)
          * its bucket's tail, so running them right after the transfer keeps
          * the order, and the wheel's due timeouts do not wait behind a long
          * transfer (`hwt-bench expire`: ~0.5-1 ms after a stall). */
-        int64_t ahead = last_before_queued(timer, last_elapsed);
+        int64_t ahead = last_before_queued(timer, last_elapsed, false);
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
             hwt__wheel_advance(wheel, ahead, expire, timer);
-        uint32_t moved = transfer(timer, timer->max_transfers, ran_ahead, &cancels);
+        uint32_t moved = transfer_in_slices(timer, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. */
         now = hwt__rel_now(timer);
-        int64_t ended = last_before_queued(timer, now / tick - 1);
+        int64_t ended = last_before_queued(timer, now / tick - 1, false);
         if (ended > last_elapsed)
             last_elapsed = ended;
         if (last_elapsed >= wheel->cur)

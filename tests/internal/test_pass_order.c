@@ -6,7 +6,10 @@
  *   - a timeout queued during the tick it is due in runs in that tick's
  *     pass, right after the wheel's timeouts of the tick (not a tick later);
  *   - a timeout still queued when several ticks have ended (the transfer
- *     budget ran out) runs before the wheel's timeouts of later ticks.
+ *     budget ran out) runs before the wheel's timeouts of later ticks;
+ *   - a timeout due now, queued behind a backlog of far ones larger than
+ *     the transfer budget, is moved first and runs after a slice of the
+ *     backlog, not after a whole budget.
  * A 100 ms tick leaves room for the timing each scenario needs; a scenario
  * whose timing was missed (the test thread was late) is tried again.
  */
@@ -150,6 +153,53 @@ static void test_timeout_left_queued_runs_before_later_ticks(void **state)
     fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
 }
 
+/* From a task (so no thread wakes the worker meanwhile): a backlog of far
+ * timeouts larger than one pass's budget, then S, due at once, queued
+ * last. The next pass moves S first and runs it between two slices of the
+ * backlog: fewer than a budget moved when it runs (moved in queue order, S
+ * would wait for a second pass). A 100 us tick ends during the first
+ * slice or two on any machine. */
+enum { BACKLOG = 120000 };
+static atomic_uint_fast64_t moved_when_s_ran;
+static atomic_bool s_ran;
+
+static void s_task(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&moved_when_s_ran, atomic_load(&the_timer->transferred));
+    atomic_store(&s_ran, true);
+}
+
+static void backlog_then_s(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    for (int i = 0; i < BACKLOG; i++)
+        assert_int_equal(
+            hwt_new_timeout(the_timer, record, (void *)(uintptr_t)'F', 1, HWT_HOURS, NULL), 0);
+    assert_int_equal(hwt_new_timeout(the_timer, s_task, NULL, 0, HWT_NANOSECONDS, NULL), 0);
+}
+
+static void test_due_timeout_overtakes_a_backlog(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 100;
+    o.tick_unit = HWT_MICROSECONDS;
+    o.sleep_mode = HWT_SLEEP_PRECISE;
+    assert_int_equal(o.max_transfers_per_tick, 100000);
+    the_timer = hwtt_track(hwtt_timer_opts(&o));
+    atomic_store(&s_ran, false);
+    assert_int_equal(hwt_new_timeout(the_timer, backlog_then_s, NULL, 0, HWT_NANOSECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&s_ran), hwtt_slack_ms(10000)));
+    print_message("  S ran with %llu of %d moved\n",
+                  (unsigned long long)atomic_load(&moved_when_s_ran), BACKLOG + 2);
+    assert_true(atomic_load(&moved_when_s_ran) < 50000);
+    hwtt_destroy(the_timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(300);
@@ -158,6 +208,7 @@ int main(void)
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_timeout_left_queued_runs_before_later_ticks,
                                   hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_due_timeout_overtakes_a_backlog, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
