@@ -53,6 +53,7 @@ struct thread_cache {
      * each. (Chaining them first wrote every cold cache line twice.) */
     hwt_timeout *fresh;
     size_t fresh_count;
+    size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
 };
 
 static HWT_THREAD_LOCAL struct thread_cache cache;
@@ -107,26 +108,32 @@ static struct mag depot_pop(hwt_timer *timer, bool *fresh)
 
 /* ---------------------------------------------------------------- chunks */
 
-/* Timeout memory comes in regions of 16 KiB chunks, each region twice the
- * last up to 2 MiB: a small timer stays small, a big one maps few regions.
- * A region is one fresh run, for the thread that grew it (another thread
- * grows its own). Its chunks' headers are written as the run reaches them,
- * so that new memory is first written in address order: on VMs where each
- * new page's first write traps to the host, writing every chunk's header
- * up front (a page in four, then the rest) cost ~1.5x as much in all (56
- * MiB populated: 47.7 against 31 ms on one thread). No transparent huge pages: with 2 MiB-aligned
- * regions and MADV_HUGEPAGE, `hwt-bench schedule` was ~20% faster but the expire workload's
- * lateness p99 doubled (1.3-2.0 -> 1.9-4.4 ms; most likely the producers clearing huge pages in the
- * kernel while the worker is due). */
+/* Timeout memory comes in regions of 16 KiB chunks. A region is one fresh
+ * run for the thread that maps it; each thread's regions double from one
+ * chunk up to 2 MiB, so a thread that schedules little holds little, and a
+ * busy one maps few regions. (Another thread maps its own; a thread that
+ * exits gives the rest of its run back to the depot.) Chunk headers are
+ * written as the run reaches them, so that new memory is first written in
+ * address order: on VMs where each new page's first write traps to the
+ * host, writing every chunk's header when the region was mapped (a page in
+ * four first, then the rest) cost ~1.5x as much in all (56 MiB populated:
+ * 47.7 against 31 ms on one thread). Chunks of one region handed to two
+ * threads in turn were slower still: their first writes, 16 KiB apart,
+ * contend in the host (`hwt-bench schedule` ~85 against ~70 ns).
+ *
+ * No transparent huge pages: with 2 MiB-aligned regions and MADV_HUGEPAGE,
+ * `hwt-bench schedule` was ~20% faster but the expire workload's lateness
+ * p99 doubled (1.3-2.0 -> 1.9-4.4 ms; most likely the producers clearing
+ * huge pages in the kernel while the worker is due). */
 #define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
 #define MAX_REGION_BYTES (UINT64_C(2) << 20)
 
-static struct mag grow_timeouts(hwt_timer *timer)
+static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
 {
     struct mag first = {NULL, 0}; /* a fresh run */
-    size_t bytes = atomic_load_explicit(&timer->pool.next_region_bytes, memory_order_relaxed);
-    if (bytes == 0)
-        bytes = FIRST_REGION_BYTES;
+    size_t bytes = c->region_bytes == 0                     ? FIRST_REGION_BYTES
+                   : c->region_bytes * 2 > MAX_REGION_BYTES ? MAX_REGION_BYTES
+                                                            : c->region_bytes * 2;
     char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
     if (region == NULL)
         return first;
@@ -134,9 +141,7 @@ static struct mag grow_timeouts(hwt_timer *timer)
         hwt__unmap(region, bytes);
         return first;
     }
-    atomic_store_explicit(&timer->pool.next_region_bytes,
-                          bytes * 2 > MAX_REGION_BYTES ? MAX_REGION_BYTES : bytes * 2,
-                          memory_order_relaxed);
+    c->region_bytes = bytes;
     struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)region;
     head->timer = timer;
     head->region_bytes = bytes;
@@ -218,6 +223,7 @@ static void flush(struct thread_cache *c)
         c->fresh_count = 0;
     }
     c->timer = NULL;
+    c->region_bytes = 0;
     if (returned > 0)
         hwt__timer_unref_n(timer, returned);
 }
@@ -288,7 +294,7 @@ hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
         bool fresh = true;
         struct mag got = depot_pop(timer, &fresh);
         if (got.count == 0)
-            got = grow_timeouts(timer);
+            got = grow_timeouts(timer, c);
         if (got.count == 0)
             return NULL;
         if (fresh) {

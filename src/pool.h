@@ -27,9 +27,8 @@ struct hwt__ids {
 };
 
 struct hwt__pool {
-    _Alignas(16) ck_stack_t depot;    /* full magazines */
-    _Alignas(16) ck_stack_t regions;  /* every region, for the final free */
-    _Atomic size_t next_region_bytes; /* regions grow geometrically */
+    _Alignas(16) ck_stack_t depot;   /* full magazines */
+    _Alignas(16) ck_stack_t regions; /* every region, for the final free */
     struct hwt__ids ids;
 };
 

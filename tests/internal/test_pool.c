@@ -178,6 +178,51 @@ static void test_nothing_is_handed_out_twice(void **state)
     hwtt_destroy(timer);
 }
 
+/* 16 threads, alive together, each schedule one timeout: each maps one
+ * chunk, not a region that doubles with every thread (16 threads would
+ * then hold 16 KiB, 32 KiB, ... 2 MiB, 2 MiB...). */
+enum { FEW_THREADS = 16 };
+static pthread_barrier_t few_scheduled, few_checked;
+static hwt_timer *few_timer;
+
+static void *schedule_one_and_wait(void *arg)
+{
+    (void)arg;
+    hwt_timeout *t = NULL;
+    int rc = hwt_new_timeout(few_timer, noop, NULL, 1, HWT_HOURS, &t);
+    pthread_barrier_wait(&few_scheduled);
+    pthread_barrier_wait(&few_checked);
+    hwt_timeout_release(t);
+    return (void *)(intptr_t)rc;
+}
+
+static void test_threads_that_schedule_little_hold_little(void **state)
+{
+    (void)state;
+    size_t chunk = first_region_capacity();
+    few_timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(few_timer), 0);
+    pthread_barrier_init(&few_scheduled, NULL, FEW_THREADS + 1);
+    pthread_barrier_init(&few_checked, NULL, FEW_THREADS + 1);
+    pthread_t th[FEW_THREADS];
+    for (int i = 0; i < FEW_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_one_and_wait, NULL), 0);
+    pthread_barrier_wait(&few_scheduled);
+    size_t capacity = hwt__pool_capacity(&few_timer->pool);
+    pthread_barrier_wait(&few_checked);
+    for (int i = 0; i < FEW_THREADS; i++) {
+        void *rc;
+        assert_int_equal(pthread_join(th[i], &rc), 0);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    pthread_barrier_destroy(&few_scheduled);
+    pthread_barrier_destroy(&few_checked);
+    print_message("  %d threads, one timeout each: pool of %zu timeouts (%zu per chunk)\n",
+                  FEW_THREADS, capacity, chunk);
+    assert_true(capacity <= FEW_THREADS * chunk);
+    hwtt_destroy(few_timer);
+}
+
 /* Regions of every size (16 KiB doubling to 2 MiB, then 2 MiB): each
  * timeout's id names it, no two share an id, and each chunk names its
  * timer. */
@@ -192,7 +237,7 @@ static void test_ids_name_every_timeout(void **state)
     assert_non_null(ids);
     /* 1000 at a time, each from a thread that then exits: the next thread
      * continues the fresh run it gave back, across chunk ends (whose
-     * headers are written as the run reaches them). */
+     * headers are written as the run reaches them), or maps a region. */
     hwtt_rec rec = {0};
     for (size_t i = 0; i < N; i += 1000) {
         struct sched_job job = {timer, 1000, &h[i], &rec, 0};
@@ -246,6 +291,8 @@ int main(void)
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_threads_that_schedule_little_hold_little,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_ids_name_every_timeout, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_ids_used_up_is_enomem, hwtt_teardown_timers),
     };
