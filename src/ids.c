@@ -5,7 +5,7 @@
 
 #include "alloc.h"
 
-_Static_assert((UINT64_C(2) << 20) / HWT_TIMEOUT_CHUNK_BYTES <= 128,
+_Static_assert(HWT_MAX_REGION_BYTES / HWT_TIMEOUT_CHUNK_BYTES <= 128,
                "a region's chunks are numbered in 7 bits");
 
 int hwt__ids_init(struct hwt__ids *ids)

@@ -22,8 +22,7 @@
 #define HWT_ID_NONE 0
 #define HWT_ID_BLOCKS (UINT32_C(1) << 16)
 
-_Static_assert((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout) < 512,
-               "a chunk's timeouts are numbered 1 .. 511");
+_Static_assert(HWT_TIMEOUTS_PER_CHUNK < 512, "a chunk's timeouts are numbered 1 .. 511");
 
 /* 0 or HWT_ENOMEM (the table: 512 KiB, zero pages until used). */
 int hwt__ids_init(struct hwt__ids *ids);
@@ -50,9 +49,9 @@ static inline hwt_timeout *hwt__ids_timeout(const struct hwt__ids *ids, uint32_t
 
 static inline uint32_t hwt__ids_of(const hwt_timeout *t)
 {
-    uintptr_t chunk = (uintptr_t)t & ~(uintptr_t)(HWT_TIMEOUT_CHUNK_BYTES - 1);
-    size_t index = ((uintptr_t)t - chunk - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout);
-    return ((const struct hwt__timeout_chunk *)chunk)->first_id + (uint32_t)index;
+    const struct hwt__timeout_chunk *chunk = hwt__chunk_of(t);
+    size_t index = ((uintptr_t)t - (uintptr_t)chunk - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout);
+    return chunk->first_id + (uint32_t)index;
 }
 
 #endif

@@ -24,11 +24,9 @@
 #include "internal.h"
 
 #define MAG_SIZE 64
-#define TIMEOUTS_PER_CHUNK                                                                         \
-    ((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout))
 
 _Static_assert(sizeof(struct hwt__timeout_chunk) <= HWT_CHUNK_HEADER_BYTES, "chunk header fits");
-_Static_assert(HWT_CHUNK_HEADER_BYTES + TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout) ==
+_Static_assert(HWT_CHUNK_HEADER_BYTES + HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout) ==
                    HWT_TIMEOUT_CHUNK_BYTES,
                "a chunk's last timeout ends where the next chunk starts (fresh_after)");
 
@@ -126,14 +124,18 @@ static struct mag depot_pop(hwt_timer *timer, bool *fresh)
  * p99 doubled (1.3-2.0 -> 1.9-4.4 ms; most likely the producers clearing
  * huge pages in the kernel while the worker is due). */
 #define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
-#define MAX_REGION_BYTES (UINT64_C(2) << 20)
+
+static size_t timeouts_in_region(size_t region_bytes)
+{
+    return region_bytes / HWT_TIMEOUT_CHUNK_BYTES * HWT_TIMEOUTS_PER_CHUNK;
+}
 
 static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
 {
     struct mag first = {NULL, 0}; /* a fresh run */
-    size_t bytes = c->region_bytes == 0                     ? FIRST_REGION_BYTES
-                   : c->region_bytes * 2 > MAX_REGION_BYTES ? MAX_REGION_BYTES
-                                                            : c->region_bytes * 2;
+    size_t bytes = c->region_bytes == 0                         ? FIRST_REGION_BYTES
+                   : c->region_bytes * 2 > HWT_MAX_REGION_BYTES ? HWT_MAX_REGION_BYTES
+                                                                : c->region_bytes * 2;
     char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
     if (region == NULL)
         return first;
@@ -146,7 +148,7 @@ static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
     head->timer = timer;
     head->region_bytes = bytes;
     hwt_timeout *run = (hwt_timeout *)(region + HWT_CHUNK_HEADER_BYTES);
-    first = (struct mag){&run->stack_link, bytes / HWT_TIMEOUT_CHUNK_BYTES * TIMEOUTS_PER_CHUNK};
+    first = (struct mag){&run->stack_link, timeouts_in_region(bytes)};
     hwt__stack_push(&timer->pool.regions, &head->region_link);
     atomic_fetch_add_explicit(&timer->refs, first.count, memory_order_relaxed);
     return first;
@@ -180,7 +182,7 @@ size_t hwt__pool_capacity(struct hwt__pool *pool)
 {
     size_t n = 0;
     for (ck_stack_entry_t *e = hwt__stack_peek(&pool->regions); e != NULL; e = e->next)
-        n += region_of(e)->region_bytes / HWT_TIMEOUT_CHUNK_BYTES * TIMEOUTS_PER_CHUNK;
+        n += timeouts_in_region(region_of(e)->region_bytes);
     return n;
 }
 
@@ -192,7 +194,7 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
         size_t bytes = region_of(e)->region_bytes;
         for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
             hwt_timeout *t = (hwt_timeout *)(region + off + HWT_CHUNK_HEADER_BYTES);
-            for (size_t i = 0; i < TIMEOUTS_PER_CHUNK; i++)
+            for (size_t i = 0; i < HWT_TIMEOUTS_PER_CHUNK; i++)
                 fn(ctx, &t[i]);
         }
     }

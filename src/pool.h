@@ -19,6 +19,9 @@
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
 #define HWT_CHUNK_HEADER_BYTES 64     /* then the timeouts */
+#define HWT_TIMEOUTS_PER_CHUNK                                                                     \
+    ((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout))
+#define HWT_MAX_REGION_BYTES (UINT64_C(2) << 20) /* chunks come in regions of up to this */
 
 /* The pool's names for its timeouts (ids.h). */
 struct hwt__ids {
@@ -41,10 +44,16 @@ struct hwt__timeout_chunk {
     uint32_t first_id; /* the id of its first timeout (ids.h) */
 };
 
-static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
+/* The chunk a timeout lives in. */
+static inline const struct hwt__timeout_chunk *hwt__chunk_of(const hwt_timeout *timeout)
 {
     uintptr_t chunk = (uintptr_t)timeout & ~(uintptr_t)(HWT_TIMEOUT_CHUNK_BYTES - 1);
-    return ((const struct hwt__timeout_chunk *)chunk)->timer;
+    return (const struct hwt__timeout_chunk *)chunk;
+}
+
+static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
+{
+    return hwt__chunk_of(timeout)->timer;
 }
 
 /* 0 or HWT_ENOMEM. */

@@ -32,7 +32,7 @@ struct named_timeouts {
 
 static void named_timeouts_new(struct named_timeouts *nt, size_t n, hwt_timeout **out)
 {
-    size_t per_chunk = (HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout);
+    size_t per_chunk = HWT_TIMEOUTS_PER_CHUNK;
     size_t bytes = (n + per_chunk - 1) / per_chunk * HWT_TIMEOUT_CHUNK_BYTES;
     assert_int_equal(posix_memalign((void **)&nt->region, HWT_TIMEOUT_CHUNK_BYTES, bytes), 0);
     memset(nt->region, 0, bytes);
