@@ -270,6 +270,13 @@ int hwt__timer_ensure_started(hwt_timer *timer);
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
 
+/* fences.c: when true, a schedule on an owned stripe orders its `started`
+ * count before its state check with a compiler barrier only; the worker's
+ * hwt__heavy_fence, after it sees SHUTDOWN, does the rest. */
+extern atomic_bool hwt__light_fences;
+void hwt__fences_init(void); /* once per process, before the first timer */
+void hwt__heavy_fence(void);
+
 /* stopset.c */
 /* Makes room for n at once when the set is empty (best effort: 1M
  * timeouts take one allocation instead of ten, and no copies). */

@@ -68,6 +68,19 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         hwt__kick(timer);
 }
 
+/* Counts the call in its stripe's `started`, ordered before the state check
+ * that follows (fences.c). */
+static void announce(struct hwt__stripe *stripe)
+{
+    if (hwt__stripe_owned && atomic_load_explicit(&hwt__light_fences, memory_order_relaxed)) {
+        uint64_t started = atomic_load_explicit(&stripe->started, memory_order_relaxed);
+        atomic_store_explicit(&stripe->started, started + 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add(&stripe->started, 1);
+    }
+}
+
 /* Counts a schedule call that got past `started` but failed. */
 static int fail(struct hwt__stripe *stripe, int rc)
 {
@@ -88,7 +101,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
      * then its final drain waits until every announced call has queued its
      * timeout or failed, so no timeout slips in behind the drain. */
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
-    atomic_fetch_add(&stripe->started, 1);
+    announce(stripe);
     if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
         return fail(stripe, HWT_ESTOPPED);
     rc = reserve_pending(timer, stripe);

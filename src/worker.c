@@ -462,13 +462,11 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
     hwt__stopset_add(&timer->stopped_set, t);
 }
 
-/* Ends every timeout the timer still holds. Runs on the worker after the
- * loop saw SHUTDOWN: after it, no timeout of this timer can be cancelled or
- * expired any more, and every cancelled callback owed has been called. */
 /* Waits until every schedule call that saw the timer running has queued its
  * timeout (or failed): after SHUTDOWN no other can start. */
 static void wait_for_producers(hwt_timer *timer)
 {
+    hwt__heavy_fence(); /* makes every `started` count before SHUTDOWN visible */
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
         while (atomic_load(&s->started) !=
@@ -504,6 +502,9 @@ static void drain_wheel(hwt_timer *timer)
     }
 }
 
+/* Ends every timeout the timer still holds. Runs on the worker after the
+ * loop saw SHUTDOWN: after it, no timeout of this timer can be cancelled or
+ * expired any more, and every cancelled callback owed has been called. */
 static void final_drain(hwt_timer *timer)
 {
     wait_for_producers(timer);

@@ -2,10 +2,17 @@
  * test_stripes.c - which stripe a thread uses (stripes.c): the first
  * HWT_OWNED_STRIPES threads own one each and count without locked adds,
  * further threads share the rest; an exiting owner gives its stripe back;
- * the counters stay exact through all of it.
+ * the counters stay exact through all of it. Owners announce a schedule
+ * without a locked add where membarrier works (fences.c; the stop races of
+ * test_stress prove the stop still waits for them).
  */
 #include <pthread.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "helpers.h"
 #include "internal.h"
@@ -114,12 +121,33 @@ static void test_exiting_owner_gives_its_stripe_back(void **state)
     hwtt_destroy(timer);
 }
 
+/* Where the kernel offers private expedited membarrier, creating a timer
+ * turns the light announcements on. */
+static void test_light_fences_where_membarrier_works(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+#if defined(__linux__) && defined(SYS_membarrier)
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+        print_message("  membarrier unavailable here (%ld): locked adds\n", cmds);
+        assert_false(atomic_load(&hwt__light_fences));
+    } else {
+        assert_true(atomic_load(&hwt__light_fences));
+    }
+#else
+    assert_false(atomic_load(&hwt__light_fences));
+#endif
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_owners_then_sharers, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_exiting_owner_gives_its_stripe_back, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_light_fences_where_membarrier_works, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
