@@ -104,6 +104,10 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     announce(stripe);
     if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
         return fail(stripe, HWT_ESTOPPED);
+    /* The clock first, as Netty reads it before it allocates: a caller
+     * preempted inside the call (or held up by a fresh page) gets its
+     * deadline from when it called. */
+    int64_t now = hwt__deadline_rel_now(timer);
     rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
@@ -122,7 +126,6 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     else
         t->run = run;
     t->arg = arg;
-    int64_t now = hwt__deadline_rel_now(timer);
     int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
     /* A past deadline fires on the next tick either way; keeping it at "now"
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
