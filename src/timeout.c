@@ -52,7 +52,7 @@ static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
 }
 
 /* Wakes the worker when it plans to sleep past this deadline, or when the
- * queues grow long (so entries recycle and the wheel stays current). */
+ * queues grow past HWT_BACKLOG_KICK. */
 static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 {
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
@@ -64,7 +64,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
     if (++schedules_since_check < BACKLOG_CHECK_EVERY)
         return;
     schedules_since_check = 0;
-    if (hwt__queued_count(timer) >= timer->backlog_kick)
+    if (hwt__queued_count(timer) >= HWT_BACKLOG_KICK)
         hwt__kick(timer);
 }
 

@@ -130,10 +130,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         tick_ns > HWT_CANCEL_LATENCY_MIN_NS ? tick_ns : HWT_CANCEL_LATENCY_MIN_NS;
     timer->max_pending = options->max_pending_timeouts;
     timer->max_transfers = options->max_transfers_per_tick;
-    uint32_t half_budget = timer->max_transfers / 2;
-    timer->backlog_kick = half_budget < 1                  ? 1
-                          : half_budget > HWT_BACKLOG_KICK ? HWT_BACKLOG_KICK
-                                                           : half_budget;
     timer->thread_attr = options->thread_attr;
     snprintf(timer->thread_name, sizeof timer->thread_name, "%s",
              options->thread_name != NULL ? options->thread_name : "hwtimer");

@@ -24,9 +24,10 @@
  * queued_min, push, SHUTDOWN) before it reads wake_before/cancel_watch and
  * bumps wake_seq. Either the worker sees the change, or the waker sees the
  * plan and the futex wait returns at once. New timeouts due after the planned
- * wake-up stay queued until then (or until the backlog wakes the worker):
- * looping for them kept the worker moving timeouts one by one as producers
- * pushed them, on the CPUs and cache lines the producers need.
+ * wake-up stay queued until then, or for the cancel latency at most (or
+ * until HWT_BACKLOG_KICK of them wake the worker): looping for them kept the
+ * worker moving timeouts one by one as producers pushed them, on the CPUs
+ * and cache lines the producers need.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -413,6 +414,16 @@ static void run_loop(hwt_timer *timer)
         }
         if (cancels_wait >= 0 && cancels_wait < next)
             next = cancels_wait;
+        /* New timeouts left queued (due after the planned wake-up) are
+         * moved within the cancel latency: in one batch after a burst of
+         * schedules rather than during it (HWT_BACKLOG_KICK), and not left
+         * for their deadline (cancelling them while the worker drops them
+         * from the queue cost `hwt-bench cancel` 7.6 -> 9.2 ns). */
+        if (!more_queued && (int64_t)hwt__queued_count(timer) > 0) {
+            int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
+            if (cap < next)
+                next = cap;
+        }
         int64_t wake_rel = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, tick);
         bool soon = wake_rel - now <= timer->cancel_latency_ns;
         slept_soon = soon;
@@ -436,7 +447,7 @@ static void run_loop(hwt_timer *timer)
         bool work_waiting =
             (!soon && cancels_waiting(timer)) ||
             (!more_queued && (earliest_queued(timer) < move_now_before(wheel, next) ||
-                              (int64_t)hwt__queued_count(timer) >= timer->backlog_kick));
+                              (int64_t)hwt__queued_count(timer) >= HWT_BACKLOG_KICK));
         if (!work_waiting) {
             int64_t until =
                 wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);

@@ -561,13 +561,18 @@ static void test_cancel_near_deadline_never_runs(void **state)
  * the wheel (it marks the timeout moved with a CAS on the same state word)
  * still wins: a cancel of a pending timeout returns true, always. As in
  * `hwt-bench churn`: each thread cancels the timeout it scheduled a ring's
- * length ago, while the worker moves the backlog into the wheel. (Before
- * the fix, ~20 per million such cancels returned false.) */
+ * length ago, while the worker moves the backlog into the wheel: the test
+ * thread keeps scheduling timeouts due at once, each waking the worker for
+ * a pass that takes the queues (it would otherwise come back for them once
+ * per cancel latency only). (Before the fix, ~20 per million such cancels
+ * returned false.) */
 #define MOVE_THREADS 2
 #define MOVE_RING 1024
 #define MOVE_PER_THREAD 500000
 
-static atomic_int move_ran; /* tasks of the race that ran: none should */
+static atomic_int move_ran;     /* tasks of the race that ran: none should */
+static atomic_int move_kicks;   /* due-at-once timeouts of the test thread that ran */
+static atomic_int move_running; /* racing threads still running */
 
 struct move_arg {
     hwt_timer *timer;
@@ -590,6 +595,7 @@ static void *schedule_and_cancel(void *p)
         if (hwt_new_timeout(a->timer, hwtt_count_task, &move_ran, 1, HWT_HOURS, slot) != 0)
             a->failures++;
     }
+    atomic_fetch_sub(&move_running, 1);
     return NULL;
 }
 
@@ -599,18 +605,24 @@ static void test_cancel_racing_the_transfer_wins(void **state)
     hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 512);
     pthread_t th[MOVE_THREADS];
     struct move_arg *args[MOVE_THREADS];
+    atomic_store(&move_running, MOVE_THREADS);
     for (int i = 0; i < MOVE_THREADS; i++) {
         args[i] = calloc(1, sizeof *args[i]);
         assert_non_null(args[i]);
         args[i]->timer = t;
         assert_int_equal(pthread_create(&th[i], NULL, schedule_and_cancel, args[i]), 0);
     }
-    int lost = 0, failures = 0;
+    int kicks = 0, lost = 0, failures = 0;
+    while (atomic_load(&move_running) > 0) {
+        kicks += hwt_new_timeout(t, hwtt_count_task, &move_kicks, 0, HWT_MILLISECONDS, NULL) == 0;
+        hwtt_sleep_ms(1);
+    }
     for (int i = 0; i < MOVE_THREADS; i++) {
         pthread_join(th[i], NULL);
         lost += args[i]->lost;
         failures += args[i]->failures;
     }
+    assert_true(hwtt_wait_until(atomic_load(&move_kicks) == kicks, hwtt_slack_ms(2000)));
     hwt_stats st;
     hwt_timer_stats(t, &st);
     hwt_timeout **list;
@@ -630,6 +642,7 @@ static void test_cancel_racing_the_transfer_wins(void **state)
     assert_int_equal(atomic_load(&move_ran), 0);
     assert_int_equal(st.pending, MOVE_THREADS * MOVE_RING);
     assert_int_equal(st.cancelled, MOVE_THREADS * (MOVE_PER_THREAD - MOVE_RING));
+    assert_int_equal(st.expired, (uint64_t)kicks);
 }
 
 int main(void)

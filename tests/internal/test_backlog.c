@@ -1,8 +1,9 @@
 /*
- * test_backlog.c - a worker asleep until a far deadline is woken to move new
- * timeouts into the wheel once enough have queued (timeout.c,
- * maybe_wake_for): at most half a transfer budget, so that one pass takes
- * them all and the queue does not grow without bound while nothing is due.
+ * test_backlog.c - new timeouts due after the worker's planned wake-up wait
+ * in the queue (timeout.c, maybe_wake_for; worker.c, run_loop), but not
+ * for long: a producer wakes the worker once HWT_BACKLOG_KICK of them are
+ * queued, and a worker that goes to sleep with some queued wakes within the
+ * cancel latency (max(tick, 100 ms)) to move them.
  */
 #include <stdlib.h>
 
@@ -15,68 +16,80 @@ static void noop(hwt_timeout *timeout, void *arg)
     (void)arg;
 }
 
-static hwt_timer *timer_with_budget(uint32_t max_transfers)
-{
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.tick_unit = HWT_MILLISECONDS;
-    o.max_transfers_per_tick = max_transfers;
-    return hwtt_track(hwtt_timer_opts(&o));
-}
-
 static uint64_t transferred(hwt_timer *timer)
 {
     return atomic_load(&timer->transferred);
 }
 
-static void test_threshold_follows_the_budget(void **state)
+/* A worker asleep until an hour away, on a 10 minute tick (so it would not
+ * wake for the cancel latency either within the test): the backlog must
+ * wake it. */
+static void test_backlog_wakes_the_worker(void **state)
 {
     (void)state;
-    assert_int_equal(timer_with_budget(100000)->backlog_kick, HWT_BACKLOG_KICK);
-    assert_int_equal(timer_with_budget(2 * HWT_BACKLOG_KICK)->backlog_kick, HWT_BACKLOG_KICK);
-    assert_int_equal(timer_with_budget(64)->backlog_kick, 32);
-    assert_int_equal(timer_with_budget(3)->backlog_kick, 1);
-    assert_int_equal(timer_with_budget(1)->backlog_kick, 1);
-}
-
-/* Far timeouts only: no deadline wakes the worker, the backlog must. */
-static void backlog_case(uint32_t max_transfers, uint64_t n)
-{
-    hwt_timer *timer = timer_with_budget(max_transfers);
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MINUTES, 512));
     assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
     assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
-    /* The worker now sleeps until the hour is up; later deadlines do not wake it. */
+    const uint64_t n = HWT_BACKLOG_KICK + 2048;
     for (uint64_t i = 0; i < n; i++)
         assert_int_equal(hwt_new_timeout(timer, noop, NULL, 2, HWT_HOURS, NULL), 0);
     /* A producer looks at the backlog every 1024 schedules: n >= 2048 + the
      * threshold guarantees a look at a backlog over it. */
-    if (!hwtt_wait_until(transferred(timer) >= 1 + n - timer->backlog_kick - 1024,
-                         hwtt_slack_ms(2000)))
-        fail_msg("budget %u: %llu of %llu moved into the wheel", max_transfers,
-                 (unsigned long long)transferred(timer), (unsigned long long)(n + 1));
+    if (!hwtt_wait_until(transferred(timer) >= 1 + n - HWT_BACKLOG_KICK - 1024,
+                         hwtt_slack_ms(5000)))
+        fail_msg("%llu of %llu moved into the wheel", (unsigned long long)transferred(timer),
+                 (unsigned long long)(n + 1));
     assert_int_equal(hwt_pending_timeouts(timer), (int64_t)(n + 1));
     hwtt_destroy(timer);
 }
 
-static void test_backlog_wakes_the_worker(void **state)
+#define FROM_TASK 1000
+
+/* Holds the worker for 5 ms, so that the ticks after its own end meanwhile. */
+static void hold_worker(hwt_timeout *timeout, void *arg)
 {
-    (void)state;
-    backlog_case(100000, 2 * HWT_BACKLOG_KICK + 2048);
+    (void)timeout;
+    (void)arg;
+    int64_t until = hwtt_now_ns() + 5 * 1000000;
+    while (hwtt_now_ns() < until) {
+    }
 }
 
-static void test_backlog_wakes_the_worker_small_budget(void **state)
+/* Schedules FROM_TASK timeouts two hours away, on the worker: no wake-up. */
+static void schedule_far(hwt_timeout *timeout, void *arg)
+{
+    int *failed = arg;
+    for (int i = 0; i < FROM_TASK; i++)
+        *failed += hwt_new_timeout(hwt_timeout_timer(timeout), noop, NULL, 2, HWT_HOURS, NULL) != 0;
+}
+
+/* Far fewer than the backlog threshold, queued by a task while the worker
+ * runs the ticks that ended during an earlier task (after its transfer):
+ * it goes to sleep with them queued, its next due tick an hour away, and
+ * must come back for them within the cancel latency (100 ms on a 1 ms
+ * tick), not in an hour. */
+static void test_queued_timeouts_move_within_the_cancel_latency(void **state)
 {
     (void)state;
-    backlog_case(64, 4096);
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    int failed = 0;
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+    assert_int_equal(hwt_new_timeout(timer, hold_worker, NULL, 5, HWT_MILLISECONDS, NULL), 0);
+    assert_int_equal(hwt_new_timeout(timer, schedule_far, &failed, 6, HWT_MILLISECONDS, NULL), 0);
+    if (!hwtt_wait_until(transferred(timer) == 3 + FROM_TASK, hwtt_slack_ms(2000)))
+        fail_msg("%llu of %d moved into the wheel", (unsigned long long)transferred(timer),
+                 3 + FROM_TASK);
+    assert_int_equal(failed, 0);
+    assert_int_equal(hwt__queued_count(timer), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 1 + FROM_TASK);
+    hwtt_destroy(timer);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_threshold_follows_the_budget, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_backlog_wakes_the_worker, hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_backlog_wakes_the_worker_small_budget,
+        cmocka_unit_test_teardown(test_queued_timeouts_move_within_the_cancel_latency,
                                   hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
