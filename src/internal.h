@@ -31,11 +31,11 @@
  * is due before its planned wake-up. Below this, they wait for that wake-up
  * or for the cancel latency, whichever comes first (worker.c): moving them
  * while threads schedule flat out took a third of the CPUs from those
- * threads (`hwt-bench schedule` 44.2 -> 37.7 ns without, 12 interleaved
- * runs, 2026-11-24). The bound is on what a timeout due soon may wait
- * behind: the worker walks the whole stack it takes (~1-2 ns per timeout:
- * a timeout due in 1 ms ran 2.2 ms after its schedule behind 2^20 queued,
- * 10 ms behind 2^22). */
+ * threads (`hwt-bench schedule` 40.4 -> 26.0 ns against a threshold of
+ * 49 152, 8 interleaved runs, 2026-11-24). The bound is on what a timeout
+ * due soon may wait behind: the worker walks the whole stack it takes
+ * (~1-2 ns per timeout: a timeout due in 1 ms ran 2.2 ms after its
+ * schedule behind 2^20 queued, 10 ms behind 2^22). */
 #define HWT_BACKLOG_KICK (1u << 20)
 
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
