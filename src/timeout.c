@@ -73,8 +73,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 static void announce(struct hwt__stripe *stripe)
 {
     if (hwt__stripe_owned && atomic_load_explicit(&hwt__light_fences, memory_order_relaxed)) {
-        uint64_t started = atomic_load_explicit(&stripe->started, memory_order_relaxed);
-        atomic_store_explicit(&stripe->started, started + 1, memory_order_relaxed);
+        hwt__stripe_add(&stripe->started, 1); /* the owner's plain store */
         atomic_signal_fence(memory_order_seq_cst);
     } else {
         atomic_fetch_add(&stripe->started, 1);

@@ -400,30 +400,24 @@ static void run_loop(hwt_timer *timer)
             hwt__wheel_advance(wheel, last_elapsed, expire, timer);
 
         /* Plan: the next tick with work (pre-cascade passes included), sooner
-         * if the transfer budget ran out (more next tick), or if cancels are
-         * flowing (keep waking within max(tick, 100 ms) so cancellers need
-         * not wake us each time). */
+         * if the transfer budget ran out (more next tick), and within
+         * max(tick, 100 ms) if cancels are flowing (so cancellers need not
+         * wake us each time) or if new timeouts are left queued (due after
+         * the planned wake-up): those are moved in one batch after a burst
+         * of schedules rather than during it (HWT_BACKLOG_KICK), and not left
+         * for their deadline (cancelling them while the worker drops them
+         * from the queue cost `hwt-bench cancel` 7.6 -> 9.2 ns). */
         int64_t next = hwt__wheel_next_event(wheel);
         bool more_queued = moved == timer->max_transfers;
         if (more_queued && next > wheel->cur)
             next = wheel->cur;
-        if (cancels > 0) {
+        if (cancels > 0 || (!more_queued && (int64_t)hwt__queued_count(timer) > 0)) {
             int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
             if (cap < next)
                 next = cap;
         }
         if (cancels_wait >= 0 && cancels_wait < next)
             next = cancels_wait;
-        /* New timeouts left queued (due after the planned wake-up) are
-         * moved within the cancel latency: in one batch after a burst of
-         * schedules rather than during it (HWT_BACKLOG_KICK), and not left
-         * for their deadline (cancelling them while the worker drops them
-         * from the queue cost `hwt-bench cancel` 7.6 -> 9.2 ns). */
-        if (!more_queued && (int64_t)hwt__queued_count(timer) > 0) {
-            int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
-            if (cap < next)
-                next = cap;
-        }
         int64_t wake_rel = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, tick);
         bool soon = wake_rel - now <= timer->cancel_latency_ns;
         slept_soon = soon;
