@@ -5,9 +5,6 @@
 
 #include "alloc.h"
 
-_Static_assert(HWT_MAX_REGION_BYTES / HWT_TIMEOUT_CHUNK_BYTES <= 128,
-               "a region's chunks are numbered in 7 bits");
-
 int hwt__ids_init(struct hwt__ids *ids)
 {
     ids->region_of_block = hwt__calloc(HWT_SITE_TIMEOUT_POOL, HWT_ID_BLOCKS, sizeof(char *));
@@ -30,6 +27,6 @@ bool hwt__ids_name_region(struct hwt__ids *ids, char *region)
     } while (!atomic_compare_exchange_weak_explicit(&ids->blocks, &block, block + 1,
                                                     memory_order_relaxed, memory_order_relaxed));
     atomic_store_explicit(&ids->region_of_block[block], region, memory_order_relaxed);
-    ((struct hwt__timeout_chunk *)region)->first_id = (block << 16) + 1;
+    ((struct hwt__timeout_chunk *)region)->first_id = (block << HWT_ID_BLOCK_SHIFT) + 1;
     return true;
 }

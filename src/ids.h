@@ -20,9 +20,16 @@
 #include "internal.h"
 
 #define HWT_ID_NONE 0
-#define HWT_ID_BLOCKS (UINT32_C(1) << 16)
+#define HWT_ID_CHUNK_SHIFT 9  /* below: a timeout's number in its chunk, 1 .. 511 */
+#define HWT_ID_BLOCK_SHIFT 16 /* below: its chunk's in the region (7 bits), and that */
+#define HWT_ID_BLOCKS (UINT32_C(1) << (32 - HWT_ID_BLOCK_SHIFT))
+#define HWT_ID_IN_CHUNK_MASK ((UINT32_C(1) << HWT_ID_CHUNK_SHIFT) - 1)
+#define HWT_ID_CHUNK_MASK ((UINT32_C(1) << (HWT_ID_BLOCK_SHIFT - HWT_ID_CHUNK_SHIFT)) - 1)
 
-_Static_assert(HWT_TIMEOUTS_PER_CHUNK < 512, "a chunk's timeouts are numbered 1 .. 511");
+_Static_assert(HWT_TIMEOUTS_PER_CHUNK <= HWT_ID_IN_CHUNK_MASK,
+               "a chunk's timeouts are numbered 1 .. 511");
+_Static_assert(HWT_MAX_REGION_BYTES / HWT_TIMEOUT_CHUNK_BYTES <= HWT_ID_CHUNK_MASK + 1,
+               "a region's chunks are numbered in 7 bits");
 
 /* 0 or HWT_ENOMEM (the table: 512 KiB, zero pages until used). */
 int hwt__ids_init(struct hwt__ids *ids);
@@ -37,14 +44,17 @@ bool hwt__ids_name_region(struct hwt__ids *ids, char *region);
 /* The first id of the chunk after one whose first id is `first_id`. */
 static inline uint32_t hwt__ids_next_chunk(uint32_t first_id)
 {
-    return first_id + (UINT32_C(1) << 9);
+    return first_id + (UINT32_C(1) << HWT_ID_CHUNK_SHIFT);
 }
 
 static inline hwt_timeout *hwt__ids_timeout(const struct hwt__ids *ids, uint32_t id)
 {
-    char *region = atomic_load_explicit(&ids->region_of_block[id >> 16], memory_order_relaxed);
-    return (hwt_timeout *)(region + (size_t)((id >> 9) & 127) * HWT_TIMEOUT_CHUNK_BYTES +
-                           HWT_CHUNK_HEADER_BYTES + (size_t)((id & 511) - 1) * sizeof(hwt_timeout));
+    char *region =
+        atomic_load_explicit(&ids->region_of_block[id >> HWT_ID_BLOCK_SHIFT], memory_order_relaxed);
+    size_t chunk = (id >> HWT_ID_CHUNK_SHIFT) & HWT_ID_CHUNK_MASK;
+    size_t index = (id & HWT_ID_IN_CHUNK_MASK) - 1;
+    return (hwt_timeout *)(region + chunk * HWT_TIMEOUT_CHUNK_BYTES + HWT_CHUNK_HEADER_BYTES +
+                           index * sizeof(hwt_timeout));
 }
 
 static inline uint32_t hwt__ids_of(const hwt_timeout *t)
