@@ -108,10 +108,8 @@ struct hwt__stopset {
     size_t overflow_count;
 };
 
-/* Stripes 0 .. HWT_OWNED_STRIPES-1 each have one thread at most (their
- * owner); the others are shared round-robin by further threads (stripes.c). */
+/* Threads are dealt the stripes round-robin (stripes.c). */
 #define HWT_STRIPES 16
-#define HWT_OWNED_STRIPES 8
 
 /* One stripe: a new-timeout stack (intrusive, many producers, the worker
  * takes it whole; see mpsc.h), a cancel stack, and counters that only the
@@ -206,10 +204,8 @@ struct hwt_timer {
 /* The timer whose worker is the calling thread, or NULL. */
 extern HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
-/* stripes.c: the calling thread's stripe number (UINT_MAX: none yet), and
- * whether it owns that stripe alone. */
+/* stripes.c: the calling thread's stripe number (UINT_MAX: none yet). */
 extern HWT_THREAD_LOCAL unsigned hwt__stripe_of_thread;
-extern HWT_THREAD_LOCAL bool hwt__stripe_owned;
 unsigned hwt__stripe_assign(void);
 
 /* The calling thread's stripe number (fixed per thread). */
@@ -227,11 +223,7 @@ static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
 /* Adds n to a counter of the calling thread's stripe (release order). */
 static inline void hwt__stripe_add(_Atomic uint64_t *counter, uint64_t n)
 {
-    if (hwt__stripe_owned) /* the only writer: no locked add */
-        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
-                              memory_order_release);
-    else
-        atomic_fetch_add_explicit(counter, n, memory_order_release);
+    atomic_fetch_add_explicit(counter, n, memory_order_release);
 }
 
 /* Counts n timeouts out of the pending total (cancel, expiry, stop). Only
@@ -259,12 +251,6 @@ static inline int64_t hwt__rel_now(const hwt_timer *timer)
     return hwt__now_ns() - timer->start_ns;
 }
 
-/* The same on the deadline clock (never behind, a few us ahead at most):
- * for deadlines and statistics, never for deciding what is due. */
-static inline int64_t hwt__deadline_rel_now(const hwt_timer *timer)
-{
-    return hwt__deadline_now_ns() - timer->start_ns;
-}
 
 /* timer.c */
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
@@ -274,12 +260,6 @@ int hwt__timer_ensure_started(hwt_timer *timer);
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
 
-/* fences.c: when true, a schedule on an owned stripe orders its `started`
- * count before its state check with a compiler barrier only; the worker's
- * hwt__heavy_fence, after it sees SHUTDOWN, does the rest. */
-extern atomic_bool hwt__light_fences;
-void hwt__fences_init(void); /* once per process, before the first timer */
-void hwt__heavy_fence(void);
 
 /* stopset.c */
 /* Makes room for n at once when the set is empty (best effort: 1M

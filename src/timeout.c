@@ -68,16 +68,13 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         hwt__kick(timer);
 }
 
-/* Counts the call in its stripe's `started`, ordered before the state check
- * that follows (fences.c). */
+/* Counts the call in its stripe's `started`. Sequentially consistent, as
+ * the state check that follows it and the stop's SHUTDOWN store and reads
+ * of `started` (worker.c, wait_for_producers): of a stop and a schedule
+ * racing, at least one sees the other's store. */
 static void announce(struct hwt__stripe *stripe)
 {
-    if (hwt__stripe_owned && atomic_load_explicit(&hwt__light_fences, memory_order_relaxed)) {
-        hwt__stripe_add(&stripe->started, 1); /* the owner's plain store */
-        atomic_signal_fence(memory_order_seq_cst);
-    } else {
-        atomic_fetch_add(&stripe->started, 1);
-    }
+    atomic_fetch_add(&stripe->started, 1);
 }
 
 /* Counts a schedule call that got past `started` but failed. */
@@ -106,7 +103,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     /* The clock first, as Netty reads it before it allocates: a caller
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
-    int64_t now = hwt__deadline_rel_now(timer);
+    int64_t now = hwt__rel_now(timer);
     rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
@@ -211,10 +208,7 @@ void *hwt_timeout_arg(const hwt_timeout *timeout)
 
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
 {
-    /* The deadline clock (never behind, ~0.25 us ahead) for a statistic: a
-     * clock_gettime per expired timeout cost the worker 13% of its CPU in
-     * `hwt-bench expire`. Never for deciding what is due (worker.c). */
-    int64_t late = hwt__deadline_rel_now(timer) - timeout->deadline;
+    int64_t late = hwt__rel_now(timer) - timeout->deadline;
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);

@@ -109,7 +109,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     if (out == NULL || validate(options, &tick_ns) != 0)
         return HWT_EINVAL;
 
-    hwt__fences_init();
     hwt_timer *timer = hwt__aligned_alloc(HWT_SITE_TIMER, 64, sizeof *timer);
     if (timer == NULL)
         return HWT_ENOMEM;

@@ -471,7 +471,6 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
  * timeout (or failed): after SHUTDOWN no other can start. */
 static void wait_for_producers(hwt_timer *timer)
 {
-    hwt__heavy_fence(); /* makes every `started` count before SHUTDOWN visible */
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
         while (atomic_load(&s->started) !=
