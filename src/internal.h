@@ -177,7 +177,7 @@ struct hwt_timer {
     int64_t taken_min[HWT_STRIPES];       /* a lower bound of their deadlines */
     size_t taken_soon[HWT_STRIPES];       /* how many of them are due soon */
     int64_t taken_later_min[HWT_STRIPES]; /* a lower bound of the others' deadlines */
-    struct hwt__stopset stopped_set;      /* what the final drain took */
+    struct hwt__stopset stopped_set;      /* what the final drain took, until handed over */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
@@ -187,13 +187,25 @@ struct hwt_timer {
     _Atomic(struct hwt__pair_block *) tasks;
     pthread_mutex_t tasks_lock;
 
-    /* ---- lifecycle, under lifecycle_lock */
+    /* ---- lifecycle (timer.c, and the worker's side in worker.c): under
+     * lifecycle_lock; lifecycle_cond is broadcast on every change. No
+     * thread holds the lock while it waits for another (it waits on the
+     * condition, which releases it), so the worker can always announce
+     * itself or reply to a stop. */
     pthread_mutex_t lifecycle_lock;
-    pthread_cond_t started_cond;
+    pthread_cond_t lifecycle_cond;
     pthread_t thread;
     bool spawned;              /* a worker was created and not joined yet */
-    _Atomic bool worker_ready; /* written under lifecycle_lock, read by stats */
+    _Atomic bool worker_ready; /* start_ns is set; read by stats without the lock */
+    bool stop_busy;            /* a stop is in progress: other stoppers wait for it */
+    uint64_t stop_requests;    /* stops asked of the worker... */
+    uint64_t stop_replies;     /* ...and answered by it */
+    int stop_result;           /* the last answer: 0, or HWT_ENOMEM (it kept the list) */
+    hwt_timeout **handed;      /* the last answer's list (HWT_STOP_LIST) */
+    size_t handed_count;
     _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
+    _Atomic bool stopped;      /* a stop has ended: the pending count reads 0 */
+    unsigned fork_generation;  /* hwt__fork_generation when created (timer.c) */
 };
 
 /* Thread-local variables of the library: initial-exec, so that reading one
@@ -252,9 +264,21 @@ static inline int64_t hwt__rel_now(const hwt_timer *timer)
 }
 
 
-/* timer.c */
+/* Incremented in a child process after fork() (timer.c): a timer created
+ * in another generation is inherited, and its worker does not exist here. */
+extern _Atomic unsigned hwt__fork_generation;
+
+static inline bool hwt__inherited(const hwt_timer *timer)
+{
+    return timer->fork_generation !=
+           atomic_load_explicit(&hwt__fork_generation, memory_order_relaxed);
+}
+
+/* log.c: with thread cancellation held off around the user's callback. */
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* timer.c */
 int hwt__timer_ensure_started(hwt_timer *timer);
 /* Drops n references to the timer's memory; the last one frees it. */
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);

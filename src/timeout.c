@@ -18,6 +18,7 @@
  */
 #include "alloc.h"
 #include "internal.h"
+#include "steps.h"
 
 /* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
  * Only limited timers need the exact total (a shared counter); unlimited
@@ -90,6 +91,8 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int64_t unit_ns = hwt__unit_ns(unit);
     if (timer == NULL || run == NULL || unit_ns == 0)
         return HWT_EINVAL;
+    if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
+        return HWT_ESTOPPED;
     int rc = hwt__timer_ensure_started(timer);
     if (rc != 0)
         return rc;
@@ -98,6 +101,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
      * timeout or failed, so no timeout slips in behind the drain. */
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     announce(stripe);
+    hwt__step_reached(HWT_STEP_SCHEDULE_ANNOUNCED, timer);
     if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
         return fail(stripe, HWT_ESTOPPED);
     /* The clock first, as Netty reads it before it allocates: a caller
@@ -162,7 +166,7 @@ int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg, int6
 
 bool hwt_timeout_cancel(hwt_timeout *timeout)
 {
-    if (timeout == NULL)
+    if (timeout == NULL || hwt__inherited(hwt__timer_of(timeout)))
         return false;
     uint32_t now;
     if (!hwt__timeout_leave_init(timeout, HWT_TO_CANCELLED, &now))
@@ -222,6 +226,8 @@ void hwt_timeout_run(hwt_timeout *timeout)
 {
     if (timeout == NULL)
         return;
+    if (hwt__inherited(hwt__timer_of(timeout))) /* the parent's executor runs it */
+        return;
     uint32_t prev = atomic_fetch_and(&timeout->state, ~(uint32_t)HWT_TO_EXEC_ARMED);
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
@@ -250,7 +256,10 @@ void hwt__timeout_unref(hwt_timeout *timeout)
 #endif
     if (prev == 1) {
         hwt_timer *timer = hwt__timer_of(timeout);
-        hwt__timeout_free(timer, timeout);
+        /* In a fork child an inherited timer's pool may be mid-change: its
+         * memory is the parent's business, the child's copy is left alone. */
+        if (!hwt__inherited(timer))
+            hwt__timeout_free(timer, timeout);
     }
 }
 
