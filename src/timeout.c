@@ -99,6 +99,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     /* Announce ourselves before looking at the state: a stop sets SHUTDOWN,
      * then its final drain waits until every announced call has queued its
      * timeout or failed, so no timeout slips in behind the drain. */
+    hwt__step_reached(HWT_STEP_SCHEDULE_STARTED, timer);
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     announce(stripe);
     hwt__step_reached(HWT_STEP_SCHEDULE_ANNOUNCED, timer);

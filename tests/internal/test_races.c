@@ -1,0 +1,570 @@
+/*
+ * test_races.c - the edges of a timer's life, each interleaving forced: a
+ * test hook (src/steps.h) pauses a chosen thread at a chosen step of start,
+ * schedule or stop until the test lets it go, so a race is hit every time,
+ * not by luck. Then the same races from several threads at full speed,
+ * thousands of rounds. Every wait has a deadline and the suite a watchdog:
+ * a hang fails, it does not stall CI.
+ *
+ * Also here, because they need the same hooks: a thread cancelled while it
+ * waits in a start or a stop, and the hand-back that failed for memory.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "helpers.h"
+#include "internal.h"
+#include "steps.h"
+
+/* ------------------------------------------------------------- gates */
+
+/* A gate per step: armed, the first thread to reach the step waits there
+ * (reached) until the test opens it. */
+struct gate {
+    atomic_bool armed, reached, open;
+    _Atomic(void *) timer; /* only this timer's step */
+};
+static struct gate gates[HWT_STEP_COUNT];
+
+static void step_hook(hwt__step step, void *timer)
+{
+    struct gate *g = &gates[step];
+    if (atomic_load(&g->timer) != timer || !atomic_exchange(&g->armed, false))
+        return;
+    atomic_store(&g->reached, true);
+    int64_t deadline = hwtt_now_ns() + INT64_C(30) * 1000000000;
+    while (!atomic_load(&g->open) && hwtt_now_ns() < deadline)
+        hwtt_sleep_us(100);
+}
+
+static void arm(hwt__step step, hwt_timer *timer)
+{
+    struct gate *g = &gates[step];
+    atomic_store(&g->reached, false);
+    atomic_store(&g->open, false);
+    atomic_store(&g->timer, timer);
+    atomic_store(&g->armed, true);
+}
+
+/* Waits until a thread stands at the gate. */
+static void expect_reached(hwt__step step)
+{
+    assert_true(hwtt_wait_until(atomic_load(&gates[step].reached), hwtt_slack_ms(5000)));
+}
+
+static void open_gate(hwt__step step)
+{
+    atomic_store(&gates[step].open, true);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(gates, 0, sizeof gates);
+    hwt__set_step_hook(step_hook);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    for (int i = 0; i < HWT_STEP_COUNT; i++)
+        open_gate((hwt__step)i);
+    hwt__set_step_hook(NULL);
+    return hwtt_teardown_timers(state);
+}
+
+/* ------------------------------------------------------------- threads */
+
+enum { OP_START, OP_SCHEDULE, OP_STOP_LIST, OP_STOP_DROP, OP_DESTROY };
+
+struct call {
+    pthread_t thread;
+    hwt_timer *timer;
+    int op;
+    hwtt_rec *rec;
+    atomic_bool done;
+    int rc;
+    hwt_timeout **list;
+    size_t count;
+};
+
+static void *call_main(void *p)
+{
+    struct call *c = p;
+    switch (c->op) {
+    case OP_START: c->rc = hwt_timer_start(c->timer); break;
+    case OP_SCHEDULE:
+        c->rc = hwt_new_timeout_task(c->timer, &hwtt_rec_task, c->rec, 1, HWT_HOURS, NULL);
+        break;
+    case OP_STOP_LIST: c->rc = hwt_stop(c->timer, &c->list, &c->count); break;
+    case OP_STOP_DROP: c->rc = hwt_stop(c->timer, NULL, NULL); break;
+    case OP_DESTROY: hwt_timer_destroy(c->timer); break;
+    }
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+static void begin(struct call *c, hwt_timer *timer, int op, hwtt_rec *rec)
+{
+    memset(c, 0, sizeof *c);
+    c->timer = timer;
+    c->op = op;
+    c->rec = rec;
+    assert_int_equal(pthread_create(&c->thread, NULL, call_main, c), 0);
+}
+
+/* Joins a call that must complete (a hang fails here, not in CI). */
+static void finish(struct call *c)
+{
+    assert_true(hwtt_wait_until(atomic_load(&c->done), hwtt_slack_ms(10000)));
+    pthread_join(c->thread, NULL);
+}
+
+static bool still_running(struct call *c)
+{
+    hwtt_sleep_ms(20); /* time for it to get further if it could */
+    return !atomic_load(&c->done);
+}
+
+static hwt_timer *new_timer(void)
+{
+    return hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+}
+
+/* -------------------------------------------------- forced interleavings */
+
+/* The reported hang: the worker, just created, has not announced itself
+ * when a stop comes in. The stop used to join it holding the lock the
+ * worker needed: start, stop and worker waited for each other forever. */
+static void test_stop_while_the_worker_announces_itself(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    arm(HWT_STEP_WORKER_STARTING, timer);
+    struct call start, stop;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_WORKER_STARTING);
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    assert_true(still_running(&stop)); /* it waits for the worker's answer */
+    open_gate(HWT_STEP_WORKER_STARTING);
+    finish(&start);
+    finish(&stop);
+    assert_true(start.rc == 0 || start.rc == HWT_ESTOPPED);
+    assert_int_equal(stop.rc, 0);
+    assert_null(stop.list);
+    assert_int_equal(stop.count, 0);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_MILLISECONDS, NULL),
+                     HWT_ESTOPPED);
+    hwtt_destroy(timer);
+}
+
+/* A stop between the worker's creation and the starter's wait. */
+static void test_stop_between_spawn_and_latch(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    arm(HWT_STEP_START_SPAWNED, timer);
+    struct call start, stop;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_START_SPAWNED);
+    begin(&stop, timer, OP_STOP_DROP, NULL);
+    finish(&stop); /* the worker ends without the starter */
+    open_gate(HWT_STEP_START_SPAWNED);
+    finish(&start);
+    assert_int_equal(start.rc, HWT_ESTOPPED);
+    assert_int_equal(stop.rc, 0);
+    hwtt_destroy(timer);
+}
+
+/* A stop after the latch, before the starter's own state change. */
+static void test_stop_between_latch_and_start(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    arm(HWT_STEP_START_LATCHED, timer);
+    struct call start, stop;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_START_LATCHED);
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    finish(&stop);
+    open_gate(HWT_STEP_START_LATCHED);
+    finish(&start);
+    assert_int_equal(start.rc, HWT_ESTOPPED);
+    assert_int_equal(stop.count, 0);
+    hwtt_destroy(timer);
+}
+
+/* Two stops while a start is under way: one does the stop, the other
+ * waits for it and gets an empty list. */
+static void test_two_stops_during_a_start(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    arm(HWT_STEP_WORKER_STARTING, timer);
+    struct call start, stop1, stop2;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_WORKER_STARTING);
+    arm(HWT_STEP_STOP_REQUESTED, timer);
+    begin(&stop1, timer, OP_STOP_LIST, NULL);
+    expect_reached(HWT_STEP_STOP_REQUESTED);
+    begin(&stop2, timer, OP_STOP_LIST, NULL);
+    assert_true(still_running(&stop2)); /* waits for stop1 */
+    open_gate(HWT_STEP_STOP_REQUESTED);
+    open_gate(HWT_STEP_WORKER_STARTING);
+    finish(&start);
+    finish(&stop1);
+    finish(&stop2);
+    assert_int_equal(stop1.rc, 0);
+    assert_int_equal(stop2.rc, 0);
+    assert_null(stop2.list);
+    assert_int_equal(stop2.count, 0);
+    hwtt_destroy(timer);
+}
+
+/* A destroy while a start waits in the latch: the starter's reference
+ * keeps the timer's memory (lock, condition) alive until it leaves. */
+static void test_destroy_while_a_start_waits(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 512); /* not tracked: destroyed here */
+    arm(HWT_STEP_START_SPAWNED, timer);
+    struct call start, destroy;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_START_SPAWNED);
+    begin(&destroy, timer, OP_DESTROY, NULL);
+    finish(&destroy);
+    open_gate(HWT_STEP_START_SPAWNED);
+    finish(&start);
+    assert_int_equal(start.rc, HWT_ESTOPPED);
+}
+
+/* A first schedule racing a stop, paused where it has seen the timer
+ * started but not yet counted itself: the stop does not wait for it; it
+ * then sees SHUTDOWN and fails, and the count read between its announce
+ * and its failure, after the stop returned, is 0. */
+static void test_pending_is_zero_after_stop_while_a_schedule_fails(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwtt_rec rec = {0};
+    arm(HWT_STEP_SCHEDULE_STARTED, timer);
+    struct call sched, stop;
+    begin(&sched, timer, OP_SCHEDULE, &rec);
+    expect_reached(HWT_STEP_SCHEDULE_STARTED);
+    arm(HWT_STEP_STOP_ANSWERED, timer);
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    expect_reached(HWT_STEP_STOP_ANSWERED); /* the final drain is over */
+    arm(HWT_STEP_SCHEDULE_ANNOUNCED, timer);
+    open_gate(HWT_STEP_SCHEDULE_STARTED);
+    expect_reached(HWT_STEP_SCHEDULE_ANNOUNCED); /* counted, not yet failed */
+    open_gate(HWT_STEP_STOP_ANSWERED);
+    finish(&stop);
+    assert_int_equal(stop.count, 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    assert_int_equal(st.pending, 0);
+    open_gate(HWT_STEP_SCHEDULE_ANNOUNCED);
+    finish(&sched);
+    assert_int_equal(sched.rc, HWT_ESTOPPED);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb), 0);
+    hwtt_destroy(timer);
+}
+
+/* A schedule that counted itself before SHUTDOWN: the stop waits for it,
+ * and its timeout is handed back. */
+static void test_stop_waits_for_an_announced_schedule(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwtt_rec rec = {0};
+    arm(HWT_STEP_SCHEDULE_ANNOUNCED, timer);
+    struct call sched, stop;
+    begin(&sched, timer, OP_SCHEDULE, &rec);
+    expect_reached(HWT_STEP_SCHEDULE_ANNOUNCED);
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    assert_true(still_running(&stop));
+    open_gate(HWT_STEP_SCHEDULE_ANNOUNCED);
+    finish(&sched);
+    finish(&stop);
+    if (sched.rc == 0) { /* it saw the timer running: handed back */
+        assert_int_equal(stop.count, 1);
+        assert_ptr_equal(hwt_timeout_arg(stop.list[0]), &rec);
+    } else {
+        assert_int_equal(sched.rc, HWT_ESTOPPED);
+        assert_int_equal(stop.count, 0);
+    }
+    hwt_timeouts_release(stop.list, stop.count);
+    assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    hwtt_destroy(timer);
+}
+
+/* ------------------------------------------------ thread cancellation */
+
+static void *cancellable_call(void *p)
+{
+    call_main(p);
+    pthread_testcancel(); /* where a cancel held off inside the call acts */
+    return NULL;
+}
+
+/* A thread cancelled while it waits in the start latch, or in a stop,
+ * leaves no lock held: later stops and destroys complete. */
+static void test_cancelled_in_start_latch(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 512);
+    arm(HWT_STEP_WORKER_STARTING, timer);
+    struct call start;
+    memset(&start, 0, sizeof start);
+    start.timer = timer;
+    start.op = OP_START;
+    assert_int_equal(pthread_create(&start.thread, NULL, cancellable_call, &start), 0);
+    expect_reached(HWT_STEP_WORKER_STARTING);
+    hwtt_sleep_ms(20); /* into its condition wait */
+    pthread_cancel(start.thread);
+    open_gate(HWT_STEP_WORKER_STARTING);
+    void *result = NULL;
+    pthread_join(start.thread, &result);
+    assert_ptr_equal(result, PTHREAD_CANCELED); /* cancelled after the call */
+    assert_true(atomic_load(&start.done));
+    struct call stop;
+    begin(&stop, timer, OP_STOP_DROP, NULL);
+    finish(&stop);
+    struct call destroy;
+    begin(&destroy, timer, OP_DESTROY, NULL);
+    finish(&destroy);
+}
+
+static void block_task(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_bool *go = arg;
+    int64_t deadline = hwtt_now_ns() + INT64_C(30) * 1000000000;
+    while (!atomic_load(go) && hwtt_now_ns() < deadline)
+        hwtt_sleep_us(100);
+}
+
+static void test_cancelled_in_stop(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 512);
+    atomic_bool go = false;
+    hwtt_rec rec = {0};
+    assert_int_equal(hwt_new_timeout(timer, block_task, &go, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_HOURS, NULL), 0);
+    assert_true(hwtt_wait_until(hwt_pending_timeouts(timer) == 1, hwtt_slack_ms(5000)));
+    struct call stop;
+    memset(&stop, 0, sizeof stop);
+    stop.timer = timer;
+    stop.op = OP_STOP_DROP;
+    assert_int_equal(pthread_create(&stop.thread, NULL, cancellable_call, &stop), 0);
+    hwtt_sleep_ms(20); /* into its wait for the busy worker */
+    pthread_cancel(stop.thread);
+    atomic_store(&go, true);
+    void *result = NULL;
+    pthread_join(stop.thread, &result);
+    assert_ptr_equal(result, PTHREAD_CANCELED);
+    assert_true(atomic_load(&stop.done)); /* the stop itself completed */
+    assert_int_equal(stop.rc, 0);
+    assert_int_equal(atomic_load(&rec.cb), 1);
+    struct call destroy;
+    begin(&destroy, timer, OP_DESTROY, NULL);
+    finish(&destroy);
+}
+
+/* ------------------------------------- a hand-back that failed for memory */
+
+static atomic_bool fail_stop_list;
+static int fail_hook(hwt__alloc_site site)
+{
+    return site == HWT_SITE_STOP_LIST && atomic_load(&fail_stop_list);
+}
+
+static pthread_t worker_thread;
+static atomic_int callbacks_off_worker, callbacks;
+
+static void note_worker(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    worker_thread = pthread_self();
+}
+
+static void on_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_fetch_add(&callbacks, 1);
+    if (!pthread_equal(pthread_self(), worker_thread))
+        atomic_fetch_add(&callbacks_off_worker, 1);
+}
+
+static void on_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+/* SPEC 2: after a list stop that failed with HWT_ENOMEM, the next stop
+ * hands the timeouts back, or drops them with their cancelled callbacks on
+ * the worker, as always. */
+static void test_after_a_failed_hand_back_callbacks_run_on_the_worker(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    atomic_bool ran = false;
+    assert_int_equal(hwt_new_timeout(timer, note_worker, &ran, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(hwt_pending_timeouts(timer) == 0, hwtt_slack_ms(5000)));
+    const hwt_task task = {.run = on_run, .cancelled = on_cancelled};
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(hwt_new_timeout_task(timer, &task, NULL, 1, HWT_HOURS, NULL), 0);
+    atomic_store(&callbacks, 0);
+    atomic_store(&callbacks_off_worker, 0);
+    hwt__set_alloc_fail_hook(fail_hook);
+    atomic_store(&fail_stop_list, true);
+    hwt_timeout **list = NULL;
+    size_t n = 7;
+    assert_int_equal(hwt_stop(timer, &list, &n), HWT_ENOMEM);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    /* Still kept: a second list stop that also fails keeps them again. */
+    assert_int_equal(hwt_stop(timer, &list, &n), HWT_ENOMEM);
+    atomic_store(&fail_stop_list, false);
+    hwt__set_alloc_fail_hook(NULL);
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0); /* drops them */
+    assert_int_equal(atomic_load(&callbacks), 100);
+    assert_int_equal(atomic_load(&callbacks_off_worker), 0);
+    assert_int_equal(hwt_stop(timer, &list, &n), 0);
+    assert_null(list);
+    assert_int_equal(n, 0);
+    hwtt_destroy(timer);
+}
+
+static void test_after_a_failed_hand_back_the_next_stop_hands_back(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    hwtt_rec rec = {0};
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_HOURS, NULL), 0);
+    hwt__set_alloc_fail_hook(fail_hook);
+    atomic_store(&fail_stop_list, true);
+    hwt_timeout **list = NULL;
+    size_t n = 0;
+    assert_int_equal(hwt_stop(timer, &list, &n), HWT_ENOMEM);
+    atomic_store(&fail_stop_list, false);
+    hwt__set_alloc_fail_hook(NULL);
+    assert_int_equal(hwt_stop(timer, &list, &n), 0);
+    assert_int_equal(n, 10);
+    for (size_t i = 0; i < n; i++)
+        assert_true(hwt_timeout_is_cancelled(list[i]));
+    hwt_timeouts_release(list, n);
+    assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb), 0);
+    hwtt_destroy(timer);
+}
+
+/* ------------------------------------------------- at full speed */
+
+#define ROUNDS 2000
+
+struct racer {
+    hwt_timer *timer;
+    pthread_barrier_t *barrier;
+    int op;
+    hwtt_rec *rec;
+    int rc;
+    hwt_timeout **list;
+    size_t count;
+    int scheduled;
+};
+
+static void *racer_main(void *p)
+{
+    struct racer *r = p;
+    pthread_barrier_wait(r->barrier);
+    switch (r->op) {
+    case OP_START: r->rc = hwt_timer_start(r->timer); break;
+    case OP_SCHEDULE:
+        for (int i = 0; i < 8; i++)
+            if (hwt_new_timeout_task(r->timer, &hwtt_rec_task, r->rec, i % 2 ? 0 : 1, HWT_HOURS,
+                                     NULL) == 0)
+                r->scheduled++;
+        break;
+    case OP_STOP_LIST: r->rc = hwt_stop(r->timer, &r->list, &r->count); break;
+    case OP_STOP_DROP: r->rc = hwt_stop(r->timer, NULL, NULL); break;
+    }
+    return NULL;
+}
+
+/* Start, schedules and two stops (one with a list) from four threads at
+ * once, then a destroy: every round completes, every scheduled timeout
+ * ends exactly one way, the count is 0 after the stops. */
+static void test_lifecycle_races_at_full_speed(void **state)
+{
+    (void)state;
+    hwt__set_step_hook(NULL);
+    int rounds = hwtt_slowdown() > 1 ? ROUNDS / 10 : ROUNDS;
+    for (int round = 0; round < rounds; round++) {
+        hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 64);
+        hwtt_rec rec = {0};
+        pthread_barrier_t barrier;
+        pthread_barrier_init(&barrier, NULL, 4);
+        struct racer r[4] = {
+            {.timer = timer, .barrier = &barrier, .op = OP_START},
+            {.timer = timer, .barrier = &barrier, .op = OP_SCHEDULE, .rec = &rec},
+            {.timer = timer, .barrier = &barrier, .op = round % 2 ? OP_STOP_LIST : OP_STOP_DROP},
+            {.timer = timer, .barrier = &barrier, .op = OP_STOP_LIST},
+        };
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, racer_main, &r[i]), 0);
+        for (int i = 0; i < 4; i++)
+            pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&barrier);
+        assert_true(r[0].rc == 0 || r[0].rc == HWT_ESTOPPED);
+        assert_int_equal(r[2].rc, 0);
+        assert_int_equal(r[3].rc, 0);
+        assert_int_equal(hwt_pending_timeouts(timer), 0);
+        size_t handed = r[2].count + r[3].count;
+        hwt_timeouts_release(r[2].list, r[2].count);
+        hwt_timeouts_release(r[3].list, r[3].count);
+        hwt_timer_destroy(timer);
+        /* Each scheduled one ran, was dropped (its callback), or was handed back. */
+        assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb) + (int)handed,
+                         r[1].scheduled);
+    }
+    hwt__set_step_hook(step_hook);
+}
+
+int main(void)
+{
+    hwtt_watchdog(300);
+    hwtt_apply_filters();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stop_while_the_worker_announces_itself, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stop_between_spawn_and_latch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_between_latch_and_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_stops_during_a_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_while_a_start_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cancelled_in_start_latch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancelled_in_stop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_callbacks_run_on_the_worker,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_the_next_stop_hands_back,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lifecycle_races_at_full_speed, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
