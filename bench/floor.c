@@ -8,8 +8,8 @@
  *   floor clock_ns=... tsc_ns=... enqueue_1t_ns=... enqueue_2t_ns=...
  *         push_1t_ns=... push_2t_ns=... lock_add_ns=...
  *
- * tsc_ns is a plain TSC read (x86-64; -1 elsewhere): what libhwtimer reads
- * for a deadline instead of CLOCK_MONOTONIC where the TSC is invariant.
+ * tsc_ns is a plain TSC read (x86-64; -1 elsewhere), for comparison only:
+ * libhwtimer reads CLOCK_MONOTONIC (clock_ns) for every deadline.
  *
  * With sleep_s=S it also measures the machine's own timing noise: a plain
  * thread sleeping 1 ms at a time (clock_nanosleep, absolute) for S seconds,
@@ -174,7 +174,6 @@ int main(int argc, char **argv)
     for (long i = 0; i < n; i++)
         sink += now_ns();
     double clock_ns = (double)(now_ns() - t0) / (double)n;
-    /* What libhwtimer reads instead where the TSC is invariant (src/deadline_clock.c). */
     double tsc_ns = -1;
 #if defined(__x86_64__)
     t0 = now_ns();

@@ -10,9 +10,13 @@
  *   - Functions that can fail return int: 0 on success or a negative HWT_E*
  *     code. A call that fails changed nothing.
  *   - "any thread" means: callable concurrently from any number of threads,
- *     including from inside a task running on the timer's worker. Not from
- *     a signal handler: no function here is async-signal-safe (a thread's
- *     counts are plain stores, which a handler on that thread could undo).
+ *     including from inside a task running on the timer's worker.
+ *   - Signal handlers: hwt_timeout_cancel, hwt_timeout_is_cancelled,
+ *     hwt_timeout_is_expired, hwt_timeout_timer, hwt_timeout_task and
+ *     hwt_timeout_arg are async-signal-safe (atomics, a lock-free push and a
+ *     futex wake). No other function is: scheduling and releasing use a
+ *     per-thread cache of timeouts that a handler on the same thread could
+ *     find half-updated, and the lifecycle functions take locks.
  *   - Misuse C cannot detect (using a timer after hwt_timer_destroy, releasing
  *     a timeout twice, using a timeout after its last release) is undefined
  *     behaviour. A build with HWT_DEBUG defined catches double release.

@@ -15,15 +15,11 @@
 #define HWT_NS_PER_US INT64_C(1000)
 #define HWT_NS_PER_MS INT64_C(1000000)
 
-/* CLOCK_MONOTONIC, nanoseconds. */
+/* CLOCK_MONOTONIC as clock_gettime reads it, in nanoseconds: the one clock
+ * of the library, for deadlines and for deciding what is due alike, so that
+ * no estimate can put a deadline before the time it is compared with. */
 int64_t hwt__now_ns(void);
 
-/* The time a new timeout's deadline is computed from (deadline_clock.c):
- * CLOCK_MONOTONIC nanoseconds, never behind it, at most a few microseconds
- * ahead, cheaper to read (the TSC, where it is invariant). Any thread. */
-int64_t hwt__deadline_now_ns(void);
-/* Whether it reads the TSC now (for tests). */
-bool hwt__deadline_clock_uses_tsc(void);
 
 /* a + b, clamped to [INT64_MIN, INT64_MAX] (no signed overflow). */
 static inline int64_t hwt__sat_add(int64_t a, int64_t b)

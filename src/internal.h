@@ -108,10 +108,8 @@ struct hwt__stopset {
     size_t overflow_count;
 };
 
-/* Stripes 0 .. HWT_OWNED_STRIPES-1 each have one thread at most (their
- * owner); the others are shared round-robin by further threads (stripes.c). */
+/* Threads are dealt the stripes round-robin (stripes.c). */
 #define HWT_STRIPES 16
-#define HWT_OWNED_STRIPES 8
 
 /* One stripe: a new-timeout stack (intrusive, many producers, the worker
  * takes it whole; see mpsc.h), a cancel stack, and counters that only the
@@ -179,7 +177,7 @@ struct hwt_timer {
     int64_t taken_min[HWT_STRIPES];       /* a lower bound of their deadlines */
     size_t taken_soon[HWT_STRIPES];       /* how many of them are due soon */
     int64_t taken_later_min[HWT_STRIPES]; /* a lower bound of the others' deadlines */
-    struct hwt__stopset stopped_set;      /* what the final drain took */
+    struct hwt__stopset stopped_set;      /* what the final drain took, until handed over */
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
@@ -189,13 +187,25 @@ struct hwt_timer {
     _Atomic(struct hwt__pair_block *) tasks;
     pthread_mutex_t tasks_lock;
 
-    /* ---- lifecycle, under lifecycle_lock */
+    /* ---- lifecycle (timer.c, and the worker's side in worker.c): under
+     * lifecycle_lock; lifecycle_cond is broadcast on every change. No
+     * thread holds the lock while it waits for another (it waits on the
+     * condition, which releases it), so the worker can always announce
+     * itself or reply to a stop. */
     pthread_mutex_t lifecycle_lock;
-    pthread_cond_t started_cond;
+    pthread_cond_t lifecycle_cond;
     pthread_t thread;
     bool spawned;              /* a worker was created and not joined yet */
-    _Atomic bool worker_ready; /* written under lifecycle_lock, read by stats */
+    _Atomic bool worker_ready; /* start_ns is set; read by stats without the lock */
+    bool stop_busy;            /* a stop is in progress: other stoppers wait for it */
+    uint64_t stop_requests;    /* stops asked of the worker... */
+    uint64_t stop_replies;     /* ...and answered by it */
+    int stop_result;           /* the last answer: 0, or HWT_ENOMEM (it kept the list) */
+    hwt_timeout **handed;      /* the last answer's list (HWT_STOP_LIST) */
+    size_t handed_count;
     _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
+    _Atomic bool stopped;      /* a stop has ended: the pending count reads 0 */
+    unsigned fork_generation;  /* hwt__fork_generation when created (timer.c) */
 };
 
 /* Thread-local variables of the library: initial-exec, so that reading one
@@ -206,10 +216,8 @@ struct hwt_timer {
 /* The timer whose worker is the calling thread, or NULL. */
 extern HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
-/* stripes.c: the calling thread's stripe number (UINT_MAX: none yet), and
- * whether it owns that stripe alone. */
+/* stripes.c: the calling thread's stripe number (UINT_MAX: none yet). */
 extern HWT_THREAD_LOCAL unsigned hwt__stripe_of_thread;
-extern HWT_THREAD_LOCAL bool hwt__stripe_owned;
 unsigned hwt__stripe_assign(void);
 
 /* The calling thread's stripe number (fixed per thread). */
@@ -227,11 +235,7 @@ static inline struct hwt__stripe *hwt__my_stripe(hwt_timer *timer)
 /* Adds n to a counter of the calling thread's stripe (release order). */
 static inline void hwt__stripe_add(_Atomic uint64_t *counter, uint64_t n)
 {
-    if (hwt__stripe_owned) /* the only writer: no locked add */
-        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
-                              memory_order_release);
-    else
-        atomic_fetch_add_explicit(counter, n, memory_order_release);
+    atomic_fetch_add_explicit(counter, n, memory_order_release);
 }
 
 /* Counts n timeouts out of the pending total (cancel, expiry, stop). Only
@@ -259,27 +263,27 @@ static inline int64_t hwt__rel_now(const hwt_timer *timer)
     return hwt__now_ns() - timer->start_ns;
 }
 
-/* The same on the deadline clock (never behind, a few us ahead at most):
- * for deadlines and statistics, never for deciding what is due. */
-static inline int64_t hwt__deadline_rel_now(const hwt_timer *timer)
+
+/* Incremented in a child process after fork() (timer.c): a timer created
+ * in another generation is inherited, and its worker does not exist here. */
+extern _Atomic unsigned hwt__fork_generation;
+
+static inline bool hwt__inherited(const hwt_timer *timer)
 {
-    return hwt__deadline_now_ns() - timer->start_ns;
+    return timer->fork_generation !=
+           atomic_load_explicit(&hwt__fork_generation, memory_order_relaxed);
 }
 
-/* timer.c */
+/* log.c: with thread cancellation held off around the user's callback. */
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* timer.c */
 int hwt__timer_ensure_started(hwt_timer *timer);
 /* Drops n references to the timer's memory; the last one frees it. */
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);
 void hwt__kick(hwt_timer *timer);
 
-/* fences.c: when true, a schedule on an owned stripe orders its `started`
- * count before its state check with a compiler barrier only; the worker's
- * hwt__heavy_fence, after it sees SHUTDOWN, does the rest. */
-extern atomic_bool hwt__light_fences;
-void hwt__fences_init(void); /* once per process, before the first timer */
-void hwt__heavy_fence(void);
 
 /* stopset.c */
 /* Makes room for n at once when the set is empty (best effort: 1M

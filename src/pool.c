@@ -261,6 +261,11 @@ void hwt__pool_forget_thread(hwt_timer *timer)
         flush(&cache);
 }
 
+void hwt__pool_drop_thread_cache(void)
+{
+    memset(&cache, 0, sizeof cache);
+}
+
 void hwt__pool_bind_thread(hwt_timer *timer)
 {
     bind(timer);

@@ -76,6 +76,10 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
  * reference is dropped, so the timer can be freed without waiting for it). */
 void hwt__pool_forget_thread(hwt_timer *timer);
 
+/* In a fork child: forgets the calling thread's cache without touching the
+ * (inherited) timer it was bound to. */
+void hwt__pool_drop_thread_cache(void);
+
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
  * frees are then cached, and given back when it exits). */
 void hwt__pool_bind_thread(hwt_timer *timer);

@@ -18,6 +18,7 @@
  */
 #include "alloc.h"
 #include "internal.h"
+#include "steps.h"
 
 /* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
  * Only limited timers need the exact total (a shared counter); unlimited
@@ -68,16 +69,13 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         hwt__kick(timer);
 }
 
-/* Counts the call in its stripe's `started`, ordered before the state check
- * that follows (fences.c). */
+/* Counts the call in its stripe's `started`. Sequentially consistent, as
+ * the state check that follows it and the stop's SHUTDOWN store and reads
+ * of `started` (worker.c, wait_for_producers): of a stop and a schedule
+ * racing, at least one sees the other's store. */
 static void announce(struct hwt__stripe *stripe)
 {
-    if (hwt__stripe_owned && atomic_load_explicit(&hwt__light_fences, memory_order_relaxed)) {
-        hwt__stripe_add(&stripe->started, 1); /* the owner's plain store */
-        atomic_signal_fence(memory_order_seq_cst);
-    } else {
-        atomic_fetch_add(&stripe->started, 1);
-    }
+    atomic_fetch_add(&stripe->started, 1);
 }
 
 /* Counts a schedule call that got past `started` but failed. */
@@ -93,6 +91,8 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int64_t unit_ns = hwt__unit_ns(unit);
     if (timer == NULL || run == NULL || unit_ns == 0)
         return HWT_EINVAL;
+    if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
+        return HWT_ESTOPPED;
     int rc = hwt__timer_ensure_started(timer);
     if (rc != 0)
         return rc;
@@ -101,12 +101,13 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
      * timeout or failed, so no timeout slips in behind the drain. */
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     announce(stripe);
+    hwt__step_reached(HWT_STEP_SCHEDULE_ANNOUNCED, timer);
     if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
         return fail(stripe, HWT_ESTOPPED);
     /* The clock first, as Netty reads it before it allocates: a caller
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
-    int64_t now = hwt__deadline_rel_now(timer);
+    int64_t now = hwt__rel_now(timer);
     rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
@@ -165,7 +166,7 @@ int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg, int6
 
 bool hwt_timeout_cancel(hwt_timeout *timeout)
 {
-    if (timeout == NULL)
+    if (timeout == NULL || hwt__inherited(hwt__timer_of(timeout)))
         return false;
     uint32_t now;
     if (!hwt__timeout_leave_init(timeout, HWT_TO_CANCELLED, &now))
@@ -211,10 +212,7 @@ void *hwt_timeout_arg(const hwt_timeout *timeout)
 
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
 {
-    /* The deadline clock (never behind, ~0.25 us ahead) for a statistic: a
-     * clock_gettime per expired timeout cost the worker 13% of its CPU in
-     * `hwt-bench expire`. Never for deciding what is due (worker.c). */
-    int64_t late = hwt__deadline_rel_now(timer) - timeout->deadline;
+    int64_t late = hwt__rel_now(timer) - timeout->deadline;
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);
@@ -227,6 +225,8 @@ void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
 void hwt_timeout_run(hwt_timeout *timeout)
 {
     if (timeout == NULL)
+        return;
+    if (hwt__inherited(hwt__timer_of(timeout))) /* the parent's executor runs it */
         return;
     uint32_t prev = atomic_fetch_and(&timeout->state, ~(uint32_t)HWT_TO_EXEC_ARMED);
     if (!(prev & HWT_TO_EXEC_ARMED))
@@ -256,7 +256,10 @@ void hwt__timeout_unref(hwt_timeout *timeout)
 #endif
     if (prev == 1) {
         hwt_timer *timer = hwt__timer_of(timeout);
-        hwt__timeout_free(timer, timeout);
+        /* In a fork child an inherited timer's pool may be mid-change: its
+         * memory is the parent's business, the child's copy is left alone. */
+        if (!hwt__inherited(timer))
+            hwt__timeout_free(timer, timeout);
     }
 }
 

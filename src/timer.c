@@ -1,11 +1,19 @@
 /*
- * timer.c - lifecycle: options, create/start/stop/destroy, the instance
- * count, statistics and error texts.
+ * timer.c - lifecycle: options, create/start/stop/destroy, the process
+ * around a timer (fork, thread cancellation), the instance count,
+ * statistics and error texts.
  *
- * Threads: create is single-threaded per timer; start and stop serialise on
- * lifecycle_lock (the fast paths only read `state`); stats and the pending
- * count read atomics. The worker never takes lifecycle_lock after start, so
- * stop may hold it while it joins the worker.
+ * Threads: create is single-threaded per timer; start and stop meet under
+ * lifecycle_lock, but never hold it while they wait: a starter waits on
+ * lifecycle_cond for the worker to announce itself, a stopper for the
+ * worker's answer, and the join happens without the lock. So the worker
+ * can always take it (to announce itself, or to answer), and any
+ * interleaving of starts, stops and destroys completes. A starter or
+ * stopper holds a reference to the timer's memory while it waits, so a
+ * destroy racing it frees nothing under its feet. Thread cancellation is
+ * held off inside these calls (pthread_cond_wait and pthread_join are
+ * cancellation points): a cancelled caller acts on it after it returns,
+ * with no lock held.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -14,9 +22,12 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "steps.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
+
+_Atomic unsigned hwt__fork_generation;
 
 static atomic_int live_timers;
 static atomic_bool warned_too_many;
@@ -36,7 +47,7 @@ const char *hwt_strerror(int code)
     case HWT_EREJECTED: return "too many pending timeouts (max_pending_timeouts)";
     case HWT_ESTOPPED: return "timer stopped";
     case HWT_EDEADLK: return "hwt_stop called from the timer's own worker thread";
-    case HWT_ESYS: return "the worker thread could not be created";
+    case HWT_ESYS: return "a system resource (a thread, a thread key) could not be had";
     }
     return "unknown error";
 }
@@ -59,13 +70,7 @@ void hwt_options_init(hwt_options *options)
 
 static hwt_sleep_mode resolve_sleep_mode(hwt_sleep_mode mode)
 {
-    if (mode != HWT_SLEEP_DEFAULT)
-        return mode;
-#ifdef _WIN32
-    return HWT_SLEEP_WINDOWS;
-#else
-    return HWT_SLEEP_PRECISE;
-#endif
+    return mode == HWT_SLEEP_DEFAULT ? HWT_SLEEP_PRECISE : mode; /* Linux only */
 }
 
 static bool sleep_mode_valid(hwt_sleep_mode mode)
@@ -96,6 +101,52 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
     return 0;
 }
 
+/* ---------------------------------------------------------------- fork */
+
+/* In the child of a fork(), only the forking thread exists: every timer is
+ * inherited, its worker is gone, and its locks may be held by threads that
+ * are gone too. A new generation makes every inherited timer stopped (see
+ * hwt__inherited: calls on it touch neither its locks nor its memory), the
+ * forking thread is nobody's worker any more, and its cached timeouts (of
+ * an inherited timer) are dropped. The handlers are registered once, by the
+ * first hwt_timer_create; getpid() would be a system call per schedule. */
+static void after_fork_in_child(void)
+{
+    atomic_fetch_add(&hwt__fork_generation, 1);
+    hwt__current_worker = NULL;
+    hwt__pool_drop_thread_cache();
+}
+
+static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool atfork_registered;
+
+static int register_atfork(void)
+{
+    pthread_mutex_lock(&atfork_lock);
+    if (!atfork_registered && pthread_atfork(NULL, NULL, after_fork_in_child) == 0)
+        atfork_registered = true;
+    bool ok = atfork_registered;
+    pthread_mutex_unlock(&atfork_lock);
+    return ok ? 0 : HWT_ESYS;
+}
+
+/* The timer's mutexes and condition: 0, or HWT_ESYS with nothing left. */
+static int init_sync(hwt_timer *timer)
+{
+    if (pthread_mutex_init(&timer->lifecycle_lock, NULL) != 0)
+        return HWT_ESYS;
+    if (pthread_mutex_init(&timer->tasks_lock, NULL) != 0) {
+        pthread_mutex_destroy(&timer->lifecycle_lock);
+        return HWT_ESYS;
+    }
+    if (pthread_cond_init(&timer->lifecycle_cond, NULL) != 0) {
+        pthread_mutex_destroy(&timer->tasks_lock);
+        pthread_mutex_destroy(&timer->lifecycle_lock);
+        return HWT_ESYS;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- create */
 
 int hwt_timer_create(hwt_timer **out, const hwt_options *options)
@@ -108,8 +159,9 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     int64_t tick_ns;
     if (out == NULL || validate(options, &tick_ns) != 0)
         return HWT_EINVAL;
+    if (register_atfork() != 0)
+        return HWT_ESYS;
 
-    hwt__fences_init();
     hwt_timer *timer = hwt__aligned_alloc(HWT_SITE_TIMER, 64, sizeof *timer);
     if (timer == NULL)
         return HWT_ENOMEM;
@@ -149,14 +201,14 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         hwt__free(timer);
         return HWT_ENOMEM;
     }
-    pthread_mutex_init(&timer->lifecycle_lock, NULL);
-    pthread_mutex_init(&timer->tasks_lock, NULL);
+    if (init_sync(timer) != 0) {
+        hwt__wheel_free(&timer->wheel);
+        hwt__pool_destroy(&timer->pool);
+        hwt__free(timer);
+        return HWT_ESYS;
+    }
     timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
-    pthread_condattr_t cattr;
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&timer->started_cond, &cattr);
-    pthread_condattr_destroy(&cattr);
+    timer->fork_generation = atomic_load(&hwt__fork_generation);
 
     if (atomic_fetch_add(&live_timers, 1) + 1 > HWT_MAX_LIVE_TIMERS &&
         !atomic_exchange(&warned_too_many, true))
@@ -170,6 +222,26 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
 
 /* ---------------------------------------------------------------- start */
 
+static int hold_off_cancellation(void)
+{
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    return old;
+}
+
+static void allow_cancellation(int old)
+{
+    int ignored;
+    pthread_setcancelstate(old, &ignored);
+}
+
+/* A reference to the timer's memory for a call that waits: a destroy racing
+ * it cannot free the lock and condition it waits on. */
+static void hold(hwt_timer *timer)
+{
+    atomic_fetch_add_explicit(&timer->refs, 1, memory_order_relaxed);
+}
+
 /* Creates the worker with every signal blocked from its first instruction. */
 static int spawn_worker(hwt_timer *timer)
 {
@@ -181,6 +253,42 @@ static int spawn_worker(hwt_timer *timer)
     return rc;
 }
 
+/* The slow path of a start: creates the worker if nobody has, then waits
+ * (the start latch) until it has set the start time. 0, HWT_ESTOPPED or
+ * HWT_ESYS. */
+static int start_slow(hwt_timer *timer)
+{
+    int rc = 0;
+    pthread_mutex_lock(&timer->lifecycle_lock);
+    if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN) {
+        rc = HWT_ESTOPPED;
+    } else if (!timer->spawned) {
+        int err = spawn_worker(timer);
+        if (err != 0) {
+            pthread_mutex_unlock(&timer->lifecycle_lock);
+            hwt__log(timer, HWT_LOG_ERROR, "cannot create the worker thread: %s", strerror(err));
+            return HWT_ESYS;
+        }
+        timer->spawned = true;
+        pthread_mutex_unlock(&timer->lifecycle_lock);
+        hwt__step_reached(HWT_STEP_START_SPAWNED, timer);
+        pthread_mutex_lock(&timer->lifecycle_lock);
+    }
+    /* The worker announces itself before it can end, and is joined only
+     * after that: the wait ends whether or not a stop came meanwhile. */
+    while (rc == 0 && timer->spawned && !timer->worker_ready)
+        pthread_cond_wait(&timer->lifecycle_cond, &timer->lifecycle_lock);
+    pthread_mutex_unlock(&timer->lifecycle_lock);
+    if (rc != 0)
+        return rc;
+    hwt__step_reached(HWT_STEP_START_LATCHED, timer);
+    int expected = HWT_STATE_INIT;
+    if (!atomic_compare_exchange_strong(&timer->state, &expected, HWT_STATE_STARTED) &&
+        expected == HWT_STATE_SHUTDOWN)
+        rc = HWT_ESTOPPED;
+    return rc;
+}
+
 int hwt__timer_ensure_started(hwt_timer *timer)
 {
     int state = atomic_load_explicit(&timer->state, memory_order_acquire);
@@ -188,32 +296,19 @@ int hwt__timer_ensure_started(hwt_timer *timer)
         return 0;
     if (state == HWT_STATE_SHUTDOWN)
         return HWT_ESTOPPED;
-    int rc = 0;
-    pthread_mutex_lock(&timer->lifecycle_lock);
-    if (!timer->spawned && atomic_load(&timer->state) == HWT_STATE_INIT) {
-        int err = spawn_worker(timer);
-        if (err != 0) {
-            hwt__log(timer, HWT_LOG_ERROR, "cannot create the worker thread: %s", strerror(err));
-            pthread_mutex_unlock(&timer->lifecycle_lock);
-            return HWT_ESYS;
-        }
-        timer->spawned = true;
-    }
-    /* The start latch. The wait releases the lock: other starters wait here
-     * too (spawned is set), and a stop may come in and join. */
-    while (timer->spawned && !timer->worker_ready)
-        pthread_cond_wait(&timer->started_cond, &timer->lifecycle_lock);
-    int expected = HWT_STATE_INIT;
-    if (!atomic_compare_exchange_strong(&timer->state, &expected, HWT_STATE_STARTED) &&
-        expected == HWT_STATE_SHUTDOWN)
-        rc = HWT_ESTOPPED;
-    pthread_mutex_unlock(&timer->lifecycle_lock);
+    int cancel_state = hold_off_cancellation();
+    hold(timer);
+    int rc = start_slow(timer);
+    hwt__timer_unref_n(timer, 1);
+    allow_cancellation(cancel_state);
     return rc;
 }
 
 int hwt_timer_start(hwt_timer *timer)
 {
-    return timer == NULL ? HWT_EINVAL : hwt__timer_ensure_started(timer);
+    if (timer == NULL)
+        return HWT_EINVAL;
+    return hwt__inherited(timer) ? HWT_ESTOPPED : hwt__timer_ensure_started(timer);
 }
 
 void hwt__kick(hwt_timer *timer)
@@ -229,11 +324,42 @@ void hwt__kick(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- stop */
 
+/* Asks the worker (spawned, running or parked after a failed hand-back) to
+ * end its timeouts in `mode`, and waits for its answer; joins it once it
+ * has handed everything over. Called with the lock held and stop_busy set;
+ * returns with the lock held. */
+static int stop_worker(hwt_timer *timer, hwt_timeout ***list, size_t *count)
+{
+    uint64_t request = ++timer->stop_requests;
+    pthread_cond_broadcast(&timer->lifecycle_cond); /* a parked worker */
+    pthread_mutex_unlock(&timer->lifecycle_lock);
+    hwt__step_reached(HWT_STEP_STOP_REQUESTED, timer);
+    atomic_fetch_add(&timer->wake_seq, 1); /* a running one */
+    hwt__wake(&timer->wake_seq);
+
+    pthread_mutex_lock(&timer->lifecycle_lock);
+    while (timer->stop_replies != request)
+        pthread_cond_wait(&timer->lifecycle_cond, &timer->lifecycle_lock);
+    int rc = timer->stop_result;
+    *list = timer->handed;
+    *count = timer->handed_count;
+    timer->handed = NULL;
+    timer->handed_count = 0;
+    pthread_mutex_unlock(&timer->lifecycle_lock);
+    hwt__step_reached(HWT_STEP_STOP_ANSWERED, timer);
+    if (rc == 0) /* it has nothing left and is ending: only we join it */
+        pthread_join(timer->thread, NULL);
+    pthread_mutex_lock(&timer->lifecycle_lock);
+    if (rc == 0)
+        timer->spawned = false;
+    return rc;
+}
+
 int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 {
     if (timer == NULL || (unprocessed == NULL) != (count == NULL))
         return HWT_EINVAL;
-    if (hwt__current_worker == timer)
+    if (hwt__current_worker == timer) /* (never so in a fork child: see after_fork_in_child) */
         return HWT_EDEADLK;
     hwt_timeout **ignored_list;
     size_t ignored_count;
@@ -244,25 +370,30 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
     }
     *unprocessed = NULL;
     *count = 0;
+    if (hwt__inherited(timer)) /* the parent's: nothing of it runs here */
+        return 0;
 
+    int cancel_state = hold_off_cancellation();
+    hold(timer);
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
-    /* The worker reads the mode once it sees SHUTDOWN: set it first. No
-     * worker runs unless one was spawned and not joined yet. */
-    atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
-    atomic_store(&timer->state, HWT_STATE_SHUTDOWN);
-    if (timer->spawned) { /* running, or still starting: it will see SHUTDOWN */
-        atomic_fetch_add(&timer->wake_seq, 1);
-        hwt__wake(&timer->wake_seq);
-        pthread_join(timer->thread, NULL);
-        timer->spawned = false;
+    if (timer->stop_busy) { /* another thread stops it: wait until it is done */
+        while (timer->stop_busy)
+            pthread_cond_wait(&timer->lifecycle_cond, &timer->lifecycle_lock);
+    } else {
+        timer->stop_busy = true;
+        /* The worker reads the mode once it sees SHUTDOWN: set it first. */
+        atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
+        atomic_store(&timer->state, HWT_STATE_SHUTDOWN);
+        if (timer->spawned) /* else it never started: nothing was scheduled */
+            rc = stop_worker(timer, unprocessed, count);
+        atomic_store(&timer->stopped, true);
+        timer->stop_busy = false;
+        pthread_cond_broadcast(&timer->lifecycle_cond);
     }
-    /* After the join (or a failed hand-back earlier) the list is ours. */
-    if (want_list)
-        rc = hwt__stopset_take(&timer->stopped_set, unprocessed, count);
-    else
-        hwt__stopset_drop(&timer->stopped_set);
     pthread_mutex_unlock(&timer->lifecycle_lock);
+    hwt__timer_unref_n(timer, 1);
+    allow_cancellation(cancel_state);
     return rc;
 }
 
@@ -270,11 +401,12 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 
 void hwt_timer_destroy(hwt_timer *timer)
 {
-    if (timer == NULL)
+    if (timer == NULL || hwt__inherited(timer))
         return;
     if (hwt__current_worker == timer) {
         hwt__log(timer, HWT_LOG_ERROR,
-                 "hwt_timer_destroy called from the timer's own task: ignored");
+                 "hwt_timer_destroy called from the timer's own task: ignored (destroy it "
+                 "from another thread)");
         return;
     }
     hwt_stop(timer, NULL, NULL);
@@ -292,7 +424,7 @@ void hwt__timer_unref_n(hwt_timer *timer, size_t n)
     hwt__task_pairs_free(timer);
     pthread_mutex_destroy(&timer->tasks_lock);
     pthread_mutex_destroy(&timer->lifecycle_lock);
-    pthread_cond_destroy(&timer->started_cond);
+    pthread_cond_destroy(&timer->lifecycle_cond);
     hwt__free(timer);
 }
 
@@ -300,6 +432,10 @@ void hwt__timer_unref_n(hwt_timer *timer, size_t n)
 
 static int64_t read_pending(hwt_timer *timer)
 {
+    /* After a stop: 0, also while a schedule that started before it sees
+     * SHUTDOWN and counts itself failed. In a fork child: the parent's. */
+    if (atomic_load(&timer->stopped) || hwt__inherited(timer))
+        return 0;
     if (timer->max_pending > 0)
         return atomic_load_explicit(&timer->pending, memory_order_relaxed);
     /* Scheduled (counted when a call starts, so a task never sees itself)

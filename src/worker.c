@@ -35,6 +35,7 @@
 #include <sys/prctl.h>
 
 #include "internal.h"
+#include "steps.h"
 
 HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
@@ -471,7 +472,6 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
  * timeout (or failed): after SHUTDOWN no other can start. */
 static void wait_for_producers(hwt_timer *timer)
 {
-    hwt__heavy_fence(); /* makes every `started` count before SHUTDOWN visible */
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
         while (atomic_load(&s->started) !=
@@ -532,8 +532,41 @@ static void final_drain(hwt_timer *timer)
     size_t taken = hwt__stopset_size(&timer->stopped_set);
     hwt__pending_sub(timer, (int64_t)taken);
     hwt__stripe_add(&hwt__my_stripe(timer)->cancelled, taken);
-    if (atomic_load(&timer->stop_mode) == HWT_STOP_DROP)
-        hwt__stopset_drop(&timer->stopped_set);
+}
+
+/* Answers the stop requests: drops what the final drain took (calling the
+ * cancelled callbacks here, on the worker, as for every other cancel) or
+ * hands it over as one array. If the array cannot be had (HWT_ENOMEM), the
+ * worker keeps everything and waits for the next stop, which may ask again
+ * or drop instead: either way the callbacks still run on the worker. */
+static void answer_stops(hwt_timer *timer)
+{
+    uint64_t answered = 0;
+    pthread_mutex_lock(&timer->lifecycle_lock);
+    for (;;) {
+        while (timer->stop_requests == answered)
+            pthread_cond_wait(&timer->lifecycle_cond, &timer->lifecycle_lock);
+        answered = timer->stop_requests;
+        int mode = atomic_load(&timer->stop_mode);
+        pthread_mutex_unlock(&timer->lifecycle_lock);
+        int rc = 0;
+        hwt_timeout **list = NULL;
+        size_t count = 0;
+        if (mode == HWT_STOP_DROP)
+            hwt__stopset_drop(&timer->stopped_set);
+        else
+            rc = hwt__stopset_take(&timer->stopped_set, &list, &count);
+        hwt__step_reached(HWT_STEP_WORKER_DRAINED, timer);
+        pthread_mutex_lock(&timer->lifecycle_lock);
+        timer->stop_result = rc;
+        timer->handed = list;
+        timer->handed_count = count;
+        timer->stop_replies = answered;
+        pthread_cond_broadcast(&timer->lifecycle_cond);
+        if (rc == 0)
+            break;
+    }
+    pthread_mutex_unlock(&timer->lifecycle_lock);
 }
 
 void *hwt__worker_main(void *arg)
@@ -545,13 +578,15 @@ void *hwt__worker_main(void *arg)
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake on time, not 50 us late */
 
+    hwt__step_reached(HWT_STEP_WORKER_STARTING, timer);
     pthread_mutex_lock(&timer->lifecycle_lock);
     timer->start_ns = hwt__now_ns();
     timer->worker_ready = true;
-    pthread_cond_broadcast(&timer->started_cond);
+    pthread_cond_broadcast(&timer->lifecycle_cond);
     pthread_mutex_unlock(&timer->lifecycle_lock);
 
     run_loop(timer);
     final_drain(timer);
+    answer_stops(timer);
     return NULL;
 }

@@ -1,0 +1,38 @@
+/*
+ * steps.h - a test hook called at the internal steps of a timer's start and
+ * stop, so that a test can pause a thread at any one of them and force each
+ * interleaving of a lifecycle race deterministically (as the allocation
+ * hook in alloc.h forces each allocation failure). Without a hook set, a
+ * step costs one relaxed load. Any thread.
+ */
+#ifndef HWT_STEPS_H
+#define HWT_STEPS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+typedef enum {
+    HWT_STEP_START_SPAWNED,     /* a starter created the worker, lock released */
+    HWT_STEP_START_LATCHED,     /* a starter saw the worker ready, before its CAS */
+    HWT_STEP_WORKER_STARTING,   /* the worker runs, before it announces itself */
+    HWT_STEP_WORKER_DRAINED,    /* the worker's final drain is done, before it replies */
+    HWT_STEP_STOP_REQUESTED,    /* a stopper published SHUTDOWN, lock released */
+    HWT_STEP_STOP_ANSWERED,     /* a stopper has the worker's reply, before the join */
+    HWT_STEP_SCHEDULE_ANNOUNCED, /* a schedule counted itself, before its state check */
+    HWT_STEP_COUNT
+} hwt__step;
+
+/* Called with the step and the timer; NULL: none. Tests only. */
+typedef void (*hwt__step_fn)(hwt__step step, void *timer);
+void hwt__set_step_hook(hwt__step_fn hook);
+
+extern _Atomic(hwt__step_fn) hwt__step_hook;
+
+static inline void hwt__step_reached(hwt__step step, void *timer)
+{
+    hwt__step_fn hook = atomic_load_explicit(&hwt__step_hook, memory_order_acquire);
+    if (hook != NULL)
+        hook(step, timer);
+}
+
+#endif
