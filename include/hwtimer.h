@@ -104,8 +104,8 @@ typedef enum {
  *   MILLIS:  Netty's: whole milliseconds, rounded up (minimum tick 1 ms).
  *   WINDOWS: Netty's Windows rule: milliseconds rounded up, then down to a
  *            multiple of 10, and 1 if that gives 0 (minimum tick 1 ms).
- *   DEFAULT: PRECISE on POSIX, WINDOWS on _WIN32.
- * All are selectable on every platform. */
+ *   DEFAULT: PRECISE (the library builds for Linux only).
+ * MILLIS and WINDOWS reproduce Netty's sleeps; any mode may be chosen. */
 typedef enum {
     HWT_SLEEP_DEFAULT,
     HWT_SLEEP_PRECISE,
