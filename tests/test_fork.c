@@ -1,0 +1,238 @@
+/*
+ * test_fork.c - fork() around a timer. In the child an inherited timer is
+ * stopped: schedules get HWT_ESTOPPED, stop returns 0 with an empty list,
+ * destroy returns at once, the pending count reads 0, its timeouts are not
+ * run, handed back or cancelled there, and its handles may be released.
+ * Timers created in the child work; the parent's are unaffected.
+ *
+ * The child's checks report through its exit status (cmocka's asserts
+ * belong to the test's own process): 0, or the number of the failed check.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define CHECK(n, cond)                                                                             \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            _exit(n);                                                                              \
+    } while (0)
+
+/* Runs child() in a forked child and returns its exit status (or 200 + the
+ * signal that killed it). A hung child fails the suite's watchdog. */
+static int in_child(void (*child)(void *), void *arg)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20); /* a hang in the child ends it */
+        child(arg);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+}
+
+struct inherited {
+    hwt_timer *timer;
+    hwt_timeout *pending_handle; /* a 1-hour timeout with a cancelled callback */
+    hwt_timeout *soon_handle;    /* due 100 ms after the fork */
+    hwtt_rec *pending_rec, *soon_rec;
+};
+
+static void child_of_a_running_timer(void *p)
+{
+    struct inherited *in = p;
+    atomic_int count = 0;
+    CHECK(1, hwt_new_timeout(in->timer, hwtt_count_task, &count, 1, HWT_MILLISECONDS, NULL) ==
+                 HWT_ESTOPPED);
+    CHECK(2, hwt_timer_start(in->timer) == HWT_ESTOPPED);
+    CHECK(3, hwt_pending_timeouts(in->timer) == 0);
+    hwt_stats st;
+    hwt_timer_stats(in->timer, &st);
+    CHECK(4, st.pending == 0);
+    /* Neither run nor cancelled here: the parent's worker owns them. */
+    CHECK(5, !hwt_timeout_cancel(in->pending_handle));
+    CHECK(6, !hwt_timeout_is_cancelled(in->pending_handle));
+    hwt_timeout_run(in->pending_handle); /* not an executor's: nothing */
+    int64_t until = hwtt_now_ns() + 300 * INT64_C(1000000);
+    while (hwtt_now_ns() < until)
+        hwtt_sleep_ms(10);
+    CHECK(7, atomic_load(&in->soon_rec->ran) == 0); /* due, but no worker here */
+    CHECK(8, atomic_load(&in->pending_rec->cb) == 0);
+    hwt_timeout **list = (hwt_timeout **)&count;
+    size_t n = 5;
+    CHECK(9, hwt_stop(in->timer, &list, &n) == 0);
+    CHECK(10, list == NULL && n == 0);
+    CHECK(11, hwt_stop(in->timer, NULL, NULL) == 0);
+    CHECK(12, atomic_load(&in->pending_rec->cb) == 0);
+    hwt_timeout_release(in->pending_handle); /* allowed */
+    hwt_timeout_release(in->soon_handle);
+    hwt_timer_destroy(in->timer); /* returns at once */
+
+    /* A timer created in the child works. */
+    hwt_timer *mine = NULL;
+    CHECK(13, hwt_timer_create(&mine, NULL) == 0);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    hwt_timer_destroy(mine);
+    CHECK(14, hwt_timer_create(&mine, &o) == 0);
+    CHECK(15, hwt_new_timeout(mine, hwtt_count_task, &count, 1, HWT_MILLISECONDS, NULL) == 0);
+    until = hwtt_now_ns() + 5000 * INT64_C(1000000);
+    while (atomic_load(&count) == 0 && hwtt_now_ns() < until)
+        hwtt_sleep_ms(1);
+    CHECK(16, atomic_load(&count) == 1);
+    hwt_timeout *h = NULL;
+    CHECK(17, hwt_new_timeout_task(mine, &hwtt_rec_task, in->pending_rec, 1, HWT_HOURS, &h) == 0);
+    CHECK(18, hwt_timeout_cancel(h));
+    hwt_timeout_release(h);
+    hwt_timer_destroy(mine);
+    CHECK(19, atomic_load(&in->pending_rec->cb) == 1);
+}
+
+static void test_child_sees_an_inherited_timer_stopped(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    static hwtt_rec pending_rec, soon_rec;
+    pending_rec = (hwtt_rec){0};
+    soon_rec = (hwtt_rec){0};
+    struct inherited in = {.timer = timer, .pending_rec = &pending_rec, .soon_rec = &soon_rec};
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &pending_rec, 1, HWT_HOURS,
+                                          &in.pending_handle),
+                     0);
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &soon_rec, 100,
+                                          HWT_MILLISECONDS, &in.soon_handle),
+                     0);
+    assert_int_equal(in_child(child_of_a_running_timer, &in), 0);
+
+    /* The parent's timer is unaffected: the due one runs, once. */
+    assert_true(hwtt_wait_until(atomic_load(&soon_rec.ran) == 1, hwtt_slack_ms(5000)));
+    assert_int_equal(hwt_pending_timeouts(timer), 1);
+    assert_true(hwt_timeout_cancel(in.pending_handle));
+    assert_true(hwtt_wait_until(atomic_load(&pending_rec.cb) == 1, hwtt_slack_ms(5000)));
+    assert_int_equal(atomic_load(&pending_rec.ran), 0);
+    hwt_timeout_release(in.pending_handle);
+    hwt_timeout_release(in.soon_handle);
+    atomic_int count = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &count, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&count) == 1, hwtt_slack_ms(5000)));
+    hwtt_destroy(timer);
+}
+
+/* A timer created but never started, inherited: stopped in the child too. */
+static void child_of_an_idle_timer(void *p)
+{
+    hwt_timer *timer = p;
+    CHECK(1, hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_MILLISECONDS, NULL) ==
+                 HWT_ESTOPPED);
+    CHECK(2, hwt_timer_start(timer) == HWT_ESTOPPED);
+    hwt_timer_destroy(timer);
+}
+
+static void test_child_of_an_unstarted_timer(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    assert_int_equal(in_child(child_of_an_idle_timer, timer), 0);
+    atomic_int count = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &count, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&count) == 1, hwtt_slack_ms(5000)));
+    hwtt_destroy(timer);
+}
+
+/* fork() from a task, on the worker thread itself: in the child that thread
+ * is nobody's worker, and stop/destroy of the inherited timer return at once
+ * (not HWT_EDEADLK, not a join of a thread that is not there). */
+static atomic_int fork_child_status = -1;
+
+static void child_of_the_worker(void *p)
+{
+    hwt_timer *timer = p;
+    CHECK(1, hwt_stop(timer, NULL, NULL) == 0);
+    CHECK(2, hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_MILLISECONDS, NULL) ==
+                 HWT_ESTOPPED);
+    hwt_timer_destroy(timer);
+}
+
+static void forking_task(hwt_timeout *timeout, void *arg)
+{
+    (void)arg;
+    hwt_timer *timer = hwt_timeout_timer(timeout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        child_of_the_worker(timer);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    atomic_store(&fork_child_status, WIFEXITED(status) ? WEXITSTATUS(status) : 200);
+}
+
+static void test_fork_from_a_task(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    atomic_store(&fork_child_status, -1);
+    assert_int_equal(hwt_new_timeout(timer, forking_task, NULL, 1, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&fork_child_status) != -1, hwtt_slack_ms(10000)));
+    assert_int_equal(atomic_load(&fork_child_status), 0);
+    hwtt_destroy(timer);
+}
+
+/* The forking thread's cache of timeouts for an inherited timer is dropped
+ * in the child: schedules on a child's timer start from a clean cache, and
+ * releasing the inherited handles that the cache would have taken back
+ * touches nothing of the parent's timer. */
+static void child_after_busy_thread(void *p)
+{
+    hwt_timeout **handles = p;
+    for (int i = 0; i < 200; i++)
+        hwt_timeout_release(handles[i]);
+    hwt_timer *mine = NULL;
+    CHECK(1, hwt_timer_create(&mine, NULL) == 0);
+    for (int i = 0; i < 1000; i++)
+        CHECK(2, hwt_new_timeout(mine, hwtt_count_task, NULL, 1, HWT_HOURS, NULL) == 0);
+    CHECK(3, hwt_pending_timeouts(mine) == 1000);
+    hwt_timer_destroy(mine);
+}
+
+static void test_forking_thread_cache_is_dropped(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    static hwt_timeout *handles[200];
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_HOURS, &handles[i]),
+                         0);
+    for (int i = 0; i < 100; i++)
+        assert_true(hwt_timeout_cancel(handles[i]));
+    assert_int_equal(in_child(child_after_busy_thread, handles), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 100);
+    for (int i = 0; i < 200; i++)
+        hwt_timeout_release(handles[i]);
+    hwtt_destroy(timer);
+}
+
+int main(void)
+{
+    hwtt_watchdog(120);
+    hwtt_apply_filters();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_child_sees_an_inherited_timer_stopped, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_child_of_an_unstarted_timer, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_fork_from_a_task, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_forking_thread_cache_is_dropped, hwtt_teardown_timers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
