@@ -111,17 +111,29 @@ typedef enum {
 
 typedef enum { HWT_LOG_DEBUG, HWT_LOG_INFO, HWT_LOG_WARN, HWT_LOG_ERROR } hwt_log_level;
 
+/* Reserved space in hwt_stats and hwt_options. Callers allocate both, so
+ * their sizes are part of the ABI of libhwtimer.so.1: each ends in an array of
+ * reserved 8-byte slots that holds its size at 256 bytes on 64-bit Linux
+ * (x86-64, arm64) while later 1.x versions add fields. A new field takes
+ * slots from the front of the array, which shrinks by as many, so the size and
+ * the offsets of every earlier field stay as they are. hwt_stats has 24 slots
+ * left (room for 24 more counters), hwt_options 22 (a pointer or a 64-bit
+ * number takes one each). The slots are not API: do not use them by name. */
+
 /* A snapshot taken without stopping anything: each field is exact when
- * read, the set is consistent enough for monitoring. Counters only grow. */
+ * read, the set is consistent enough for monitoring. Counters only grow.
+ * hwt_timer_stats() fills the whole struct, its reserved space with zeros, so
+ * a counter that a later version adds reads 0 from this version's library. */
 typedef struct hwt_stats {
-    int64_t pending;      /* as hwt_pending_timeouts() */
-    uint64_t scheduled;   /* successful hwt_new_timeout*() calls */
-    uint64_t expired;     /* tasks handed to run (or to the executor) */
-    uint64_t cancelled;   /* successful cancels + timeouts dropped or handed back by stop */
-    uint64_t rejected;    /* HWT_EREJECTED results */
-    uint64_t ticks;       /* ticks elapsed since the worker started, skipped ones too */
-    uint64_t wakeups;     /* times the worker returned from sleep */
-    uint64_t late_max_ns; /* worst (task start - max(deadline, time scheduled)) */
+    int64_t pending;       /* as hwt_pending_timeouts() */
+    uint64_t scheduled;    /* successful hwt_new_timeout*() calls */
+    uint64_t expired;      /* tasks handed to run (or to the executor) */
+    uint64_t cancelled;    /* successful cancels + timeouts dropped or handed back by stop */
+    uint64_t rejected;     /* HWT_EREJECTED results */
+    uint64_t ticks;        /* ticks elapsed since the worker started, skipped ones too */
+    uint64_t wakeups;      /* times the worker returned from sleep */
+    uint64_t late_max_ns;  /* worst (task start - max(deadline, time scheduled)) */
+    uint64_t reserved[24]; /* zeros; room for later counters (see above) */
 } hwt_stats;
 
 typedef struct hwt_task {
@@ -130,6 +142,13 @@ typedef struct hwt_task {
                               hwt_timeout_cancel(), or when stop/destroy drops the timeout */
 } hwt_task;
 
+/* Timer options. Fill them with hwt_options_init() first, then set the fields
+ * you need: it zeroes the reserved space too, and every option that a later
+ * version adds there means "as 1.0 behaves" when it is zero. A caller who
+ * skips hwt_options_init and sets each field by hand must zero the struct
+ * first (memset, or = {0}): this version never reads the reserved space, so
+ * garbage there goes unnoticed today, but a later library would read it as
+ * the options it adds. */
 typedef struct hwt_options {
     uint64_t tick_duration;            /* 100 */
     hwt_unit tick_unit;                /* HWT_MILLISECONDS */
@@ -152,11 +171,14 @@ typedef struct hwt_options {
      * Called from the thread that hit the condition (creator, worker, producer). */
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
+    uint64_t reserved[22]; /* zeroed by hwt_options_init(), never read; room for
+                               later options (see above) */
 } hwt_options;
 
 /* ------------------------------------------------------------- the timer */
 
-/* Fills *options with the defaults shown above; NULL does nothing. Any thread. */
+/* Fills *options with the defaults shown above and zeroes its reserved space;
+ * NULL does nothing. Any thread. */
 HWT_EXTERN void hwt_options_init(hwt_options *options);
 
 /* Creates a timer (options NULL = defaults); the worker is not started yet.
@@ -221,7 +243,8 @@ HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
  * HWT_EINVAL for NULL. Any thread. */
 HWT_EXTERN int64_t hwt_pending_timeouts(const hwt_timer *timer);
 
-/* Fills *stats (see hwt_stats). NULL for either does nothing. Any thread. */
+/* Fills *stats (see hwt_stats), its reserved space with zeros. NULL for either
+ * does nothing. Any thread. */
 HWT_EXTERN void hwt_timer_stats(const hwt_timer *timer, hwt_stats *stats);
 
 /* ----------------------------------------------------------- the timeout */
