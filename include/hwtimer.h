@@ -52,6 +52,14 @@ extern "C" {
 #define HWT_EXTERN
 #endif
 
+/* The reserved unions below are anonymous, which C99 lacks: __extension__
+ * keeps -std=c99 -pedantic builds of callers quiet, as glibc's headers do. */
+#if defined(__GNUC__)
+#define HWT_EXTENSION __extension__
+#else
+#define HWT_EXTENSION
+#endif
+
 #define HWT_VERSION_MAJOR 1
 #define HWT_VERSION_MINOR 0
 #define HWT_VERSION_PATCH 0
@@ -115,8 +123,25 @@ typedef enum {
 
 typedef enum { HWT_LOG_DEBUG, HWT_LOG_INFO, HWT_LOG_WARN, HWT_LOG_ERROR } hwt_log_level;
 
+/* Reserved space in hwt_stats and hwt_options. Callers allocate both, so
+ * their sizes are part of the ABI of libhwtimer.so.1. Each ends in an
+ * anonymous union of reserved 8-byte slots that holds it at 256 bytes on
+ * 64-bit Linux (x86-64, arm64): hwt_stats has 24 slots (room for 24 more
+ * counters), hwt_options 22 (a pointer or a 64-bit number takes one each). A
+ * later 1.x version adds its fields in an anonymous struct beside the array,
+ *     union {
+ *         struct { uint64_t rescheduled; };
+ *         uint64_t reserved[24];
+ *     };
+ * so that the size and the offset of every field stay as they are: abidiff
+ * counts a change within a union that keeps its size as harmless, and
+ * tests/abi-check fails on any other change. The slots are not API: do not
+ * use them by name. */
+
 /* A snapshot taken without stopping anything: each field is exact when
- * read, the set is consistent enough for monitoring. Counters only grow. */
+ * read, the set is consistent enough for monitoring. Counters only grow.
+ * hwt_timer_stats() fills the whole struct, its reserved space with zeros, so
+ * a counter that a later version adds reads 0 from this version's library. */
 typedef struct hwt_stats {
     int64_t pending;      /* as hwt_pending_timeouts() */
     uint64_t scheduled;   /* successful hwt_new_timeout*() calls */
@@ -126,6 +151,9 @@ typedef struct hwt_stats {
     uint64_t ticks;       /* ticks elapsed since the worker started, skipped ones too */
     uint64_t wakeups;     /* times the worker returned from sleep */
     uint64_t late_max_ns; /* worst (task start - max(deadline, time scheduled)) */
+    HWT_EXTENSION union {
+        uint64_t reserved[24]; /* zeros; room for later counters (see above) */
+    };
 } hwt_stats;
 
 typedef struct hwt_task {
@@ -134,6 +162,13 @@ typedef struct hwt_task {
                               hwt_timeout_cancel(), or when stop/destroy drops the timeout */
 } hwt_task;
 
+/* Timer options. Fill them with hwt_options_init() first, then set the fields
+ * you need: it zeroes the reserved space too, and every option that a later
+ * version adds there means "as 1.0 behaves" when it is zero. A caller who
+ * skips hwt_options_init and sets each field by hand must zero the struct
+ * first (memset, or = {0}): this version never reads the reserved space, so
+ * garbage there goes unnoticed today, but a later library would read it as
+ * the options it adds. */
 typedef struct hwt_options {
     uint64_t tick_duration;            /* 100 */
     hwt_unit tick_unit;                /* HWT_MILLISECONDS */
@@ -156,11 +191,16 @@ typedef struct hwt_options {
      * Called from the thread that hit the condition (creator, worker, producer). */
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
+    HWT_EXTENSION union {
+        uint64_t reserved[22]; /* zeroed by hwt_options_init(), never read; room
+                                  for later options (see above) */
+    };
 } hwt_options;
 
 /* ------------------------------------------------------------- the timer */
 
-/* Fills *options with the defaults shown above; NULL does nothing. Any thread. */
+/* Fills *options with the defaults shown above and zeroes its reserved space;
+ * NULL does nothing. Any thread. */
 HWT_EXTERN void hwt_options_init(hwt_options *options);
 
 /* Creates a timer (options NULL = defaults); the worker is not started yet.
@@ -225,7 +265,8 @@ HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
  * HWT_EINVAL for NULL. Any thread. */
 HWT_EXTERN int64_t hwt_pending_timeouts(const hwt_timer *timer);
 
-/* Fills *stats (see hwt_stats). NULL for either does nothing. Any thread. */
+/* Fills *stats (see hwt_stats), its reserved space with zeros. NULL for either
+ * does nothing. Any thread. */
 HWT_EXTERN void hwt_timer_stats(const hwt_timer *timer, hwt_stats *stats);
 
 /* ----------------------------------------------------------- the timeout */
