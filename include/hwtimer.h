@@ -77,7 +77,8 @@ extern "C" {
 #define HWT_ESTOPPED (-10002)
 /* hwt_stop() called from the timer's own worker thread (from a task). */
 #define HWT_EDEADLK (-EDEADLK)
-/* The worker thread could not be created (the cause is logged); retry later. */
+/* A system resource could not be had - the worker thread, a thread key, a
+ * pthread object (the cause is logged); nothing changed, retry later. */
 #define HWT_ESYS (-10003)
 
 /* A static, distinct text for each code above, "success" for 0, and
@@ -209,14 +210,15 @@ HWT_EXTERN void hwt_options_init(hwt_options *options);
  * thread_attr; a tick (ns, saturated) >= INT64_MAX / rounded wheel length.
  * A tick below the sleep mode's minimum is raised to it, with a warning through
  * the log callback. More than 64 live timers in the process logs one error, once.
- * HWT_ENOMEM: nothing allocated. Any thread. */
+ * HWT_ENOMEM: nothing allocated. HWT_ESYS: a mutex, condition or the fork
+ * handler could not be had. Any thread. */
 HWT_EXTERN int hwt_timer_create(hwt_timer **timer, const hwt_options *options);
 
 /* Starts the worker if it is not running and waits until it has set the start
  * time; optional, the first timeout does it. 0 if already started.
  * HWT_ESTOPPED after a stop; HWT_ESYS if the thread could not be created (the
  * cause is logged; the timer stays unstarted and the call may be retried).
- * Any thread. */
+ * Racing a stop: 0 or HWT_ESTOPPED, never a hang. Any thread. */
 HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
 
 /* Schedules run(timeout, arg) to run once, `delay` `unit`s from now (starting
@@ -250,14 +252,29 @@ HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void
  * HWT_EINVAL: timer NULL, or one out-pointer without the other.
  * HWT_EDEADLK: called from the timer's own worker (from a task).
  * HWT_ENOMEM: the array could not be allocated; the timer is stopped and keeps
- * the timeouts: call hwt_stop() again to get them, or destroy to drop them.
- * Any thread but the worker. */
+ * the timeouts: call hwt_stop() again to get them, or destroy to drop them (their
+ * cancelled callbacks then run on the worker, which waits for that stop).
+ * Thread cancellation is held off inside the call (it waits for the worker):
+ * a pthread_cancel acts once it returns. Any thread but the worker.
+ *
+ * The process around a timer:
+ *   - fork(): in the child, a timer inherited from the parent is stopped:
+ *     hwt_new_timeout and hwt_timer_start return HWT_ESTOPPED, hwt_stop returns
+ *     0 with an empty list, hwt_timer_destroy returns at once (neither touches
+ *     the parent's worker), hwt_pending_timeouts reads 0. Its pending timeouts
+ *     belong to the parent: in the child they are not run, not handed back, and
+ *     hwt_timeout_cancel on them returns false; their handles may be released
+ *     (the child's copy of their memory is left alone). Timers created in the
+ *     child work; the parent's are unaffected.
+ *   - Threads cancelled with pthread_cancel (deferred cancellation) while in a
+ *     library call leave no lock held. Asynchronous cancellation is undefined. */
 HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count);
 
 /* Stops the timer if needed (as hwt_stop(timer, NULL, NULL)) and gives up the
  * creator's reference. The timer's memory lives on until the last timeout
- * reference is released. From the timer's own worker it logs an error and does
- * nothing. NULL does nothing. Any thread but the worker; once per timer. */
+ * reference is released. From the timer's own worker (a task) it logs an error
+ * and does nothing - the timer stays alive, so destroy it from another thread.
+ * NULL does nothing. Any thread but the worker; once per timer. */
 HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
 
 /* Timeouts scheduled and not yet run, cancelled or stopped. Goes down the
