@@ -279,10 +279,8 @@ void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* timer.c */
-int hwt__timer_ensure_started(hwt_timer *timer);
 /* Drops n references to the timer's memory; the last one frees it. */
 void hwt__timer_unref_n(hwt_timer *timer, size_t n);
-void hwt__kick(hwt_timer *timer);
 
 
 /* stopset.c */
@@ -335,6 +333,11 @@ static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)
 void *hwt__worker_main(void *arg);
 
 /* timeout.c */
+/* Schedules on a started timer (the API's checks done): counts the call,
+ * allocates, queues, wakes the worker if it must. 0, HWT_ESTOPPED,
+ * HWT_EREJECTED or HWT_ENOMEM (nothing changed). Any thread. */
+int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
+                  int64_t delay_ns, hwt_timeout **timeout);
 void hwt__timeout_unref(hwt_timeout *timeout);
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout);
 void hwt__run_cancelled_callback(hwt_timeout *timeout);

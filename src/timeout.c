@@ -43,6 +43,19 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
 #define BACKLOG_CHECK_EVERY 1024
 static HWT_THREAD_LOCAL unsigned schedules_since_check;
 
+/* Wakes the worker from its planned sleep, once per plan: the first waker
+ * since it planned makes the system call, the others see `kicked`. */
+static void kick(hwt_timer *timer)
+{
+    /* Read before the exchange: while the worker is already woken, threads
+     * kicking at once (cancellers, say) then share the line instead of
+     * taking it from each other. */
+    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
+        return;
+    atomic_fetch_add(&timer->wake_seq, 1);
+    hwt__wake(&timer->wake_seq);
+}
+
 /* Lowers the stripe's queued_min to `deadline` if it is earlier (after the
  * push: see the worker's earliest_queued). */
 static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
@@ -59,14 +72,14 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
         return;
     if (deadline < atomic_load(&timer->wake_before)) {
-        hwt__kick(timer);
+        kick(timer);
         return;
     }
     if (++schedules_since_check < BACKLOG_CHECK_EVERY)
         return;
     schedules_since_check = 0;
     if (hwt__queued_count(timer) >= HWT_BACKLOG_KICK)
-        hwt__kick(timer);
+        kick(timer);
 }
 
 /* Counts the call in its stripe's `started`. Sequentially consistent, as
@@ -85,17 +98,9 @@ static int fail(struct hwt__stripe *stripe, int rc)
     return rc;
 }
 
-static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
-                    int64_t delay, hwt_unit unit, hwt_timeout **out)
+int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
+                  int64_t delay_ns, hwt_timeout **out)
 {
-    int64_t unit_ns = hwt__unit_ns(unit);
-    if (timer == NULL || run == NULL || unit_ns == 0)
-        return HWT_EINVAL;
-    if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
-        return HWT_ESTOPPED;
-    int rc = hwt__timer_ensure_started(timer);
-    if (rc != 0)
-        return rc;
     /* Announce ourselves before looking at the state: a stop sets SHUTDOWN,
      * then its final drain waits until every announced call has queued its
      * timeout or failed, so no timeout slips in behind the drain. */
@@ -109,7 +114,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
     int64_t now = hwt__rel_now(timer);
-    rc = reserve_pending(timer, stripe);
+    int rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
     const struct hwt__task_pair *pair = NULL;
@@ -127,7 +132,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     else
         t->run = run;
     t->arg = arg;
-    int64_t deadline = hwt__sat_add(now, hwt__sat_mul(delay, unit_ns));
+    int64_t deadline = hwt__sat_add(now, delay_ns);
     /* A past deadline fires on the next tick either way; keeping it at "now"
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
     if (deadline < now)
@@ -151,20 +156,6 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     return 0;
 }
 
-int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay, hwt_unit unit,
-                    hwt_timeout **timeout)
-{
-    return schedule(timer, run, NULL, arg, delay, unit, timeout);
-}
-
-int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg, int64_t delay,
-                         hwt_unit unit, hwt_timeout **timeout)
-{
-    if (task == NULL)
-        return HWT_EINVAL;
-    return schedule(timer, task->run, task->cancelled, arg, delay, unit, timeout);
-}
-
 bool hwt_timeout_cancel(hwt_timeout *timeout)
 {
     if (timeout == NULL || hwt__inherited(hwt__timer_of(timeout)))
@@ -182,7 +173,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
      * 100 ms); wake it only if it planned a longer sleep, and only once per
      * sleep. */
     if (hwt__current_worker != timer && !atomic_load(&timer->cancel_watch))
-        hwt__kick(timer);
+        kick(timer);
     return true;
 }
 

@@ -289,7 +289,7 @@ static int start_slow(hwt_timer *timer)
     return rc;
 }
 
-int hwt__timer_ensure_started(hwt_timer *timer)
+static int ensure_started(hwt_timer *timer)
 {
     int state = atomic_load_explicit(&timer->state, memory_order_acquire);
     if (state == HWT_STATE_STARTED)
@@ -308,18 +308,37 @@ int hwt_timer_start(hwt_timer *timer)
 {
     if (timer == NULL)
         return HWT_EINVAL;
-    return hwt__inherited(timer) ? HWT_ESTOPPED : hwt__timer_ensure_started(timer);
+    return hwt__inherited(timer) ? HWT_ESTOPPED : ensure_started(timer);
 }
 
-void hwt__kick(hwt_timer *timer)
+/* ---------------------------------------------------------------- schedule */
+
+static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
+                    int64_t delay, hwt_unit unit, hwt_timeout **timeout)
 {
-    /* Read before the exchange: while the worker is already woken, threads
-     * kicking at once (cancellers, say) then share the line instead of
-     * taking it from each other. */
-    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
-        return;
-    atomic_fetch_add(&timer->wake_seq, 1);
-    hwt__wake(&timer->wake_seq);
+    int64_t unit_ns = hwt__unit_ns(unit);
+    if (timer == NULL || run == NULL || unit_ns == 0)
+        return HWT_EINVAL;
+    if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
+        return HWT_ESTOPPED;
+    int rc = ensure_started(timer);
+    if (rc != 0)
+        return rc;
+    return hwt__schedule(timer, run, cancelled, arg, hwt__sat_mul(delay, unit_ns), timeout);
+}
+
+int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay, hwt_unit unit,
+                    hwt_timeout **timeout)
+{
+    return schedule(timer, run, NULL, arg, delay, unit, timeout);
+}
+
+int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void *arg, int64_t delay,
+                         hwt_unit unit, hwt_timeout **timeout)
+{
+    if (task == NULL)
+        return HWT_EINVAL;
+    return schedule(timer, task->run, task->cancelled, arg, delay, unit, timeout);
 }
 
 /* ---------------------------------------------------------------- stop */

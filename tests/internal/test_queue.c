@@ -127,7 +127,8 @@ static void test_stale_queued_min_lets_the_worker_sleep(void **state)
     hwt_timer *timer = sleeping_timer();
     uint64_t woke = wakeups(timer);
     atomic_store(&timer->stripes[HWT_STRIPES - 1].queued_min, 0); /* due long ago */
-    hwt__kick(timer);
+    atomic_fetch_add(&timer->wake_seq, 1); /* as a producer's wake-up */
+    hwt__wake(&timer->wake_seq);
     assert_true(hwtt_wait_until(wakeups(timer) > woke, hwtt_slack_ms(2000)));
     hwtt_sleep_ms(20); /* the pass that follows the wake-up */
     int64_t cpu = thread_cpu_ns(timer->thread);
