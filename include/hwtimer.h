@@ -61,7 +61,7 @@ extern "C" {
 #endif
 
 #define HWT_VERSION_MAJOR 1
-#define HWT_VERSION_MINOR 0
+#define HWT_VERSION_MINOR 1
 #define HWT_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------- errors */
@@ -293,6 +293,23 @@ HWT_EXTERN void hwt_timer_stats(const hwt_timer *timer, hwt_stats *stats);
  * is longer), false if it had already expired, been cancelled or stopped, or
  * timeout is NULL. Lock-free: marks and queues, the worker unlinks. Any thread. */
 HWT_EXTERN bool hwt_timeout_cancel(hwt_timeout *timeout);
+
+/* Moves a pending timeout's deadline to `delay` `unit`s from now (since 1.1):
+ * true if it was pending and now waits for the new deadline (Netty's rules
+ * apply to it: never before it, nominally within a tick after it); false if
+ * it had already expired, been cancelled or stopped, or timeout is NULL -
+ * nothing changed. Same delay rules as hwt_new_timeout (saturating, zero or
+ * negative = next tick). It races expiry, cancel, stop and other reschedules
+ * like any state change: whichever wins decides; after a true result the task
+ * never runs before the new deadline; concurrent reschedules leave it due at
+ * one of the requested deadlines. The pending count does not change.
+ * A timeout stays one-shot: from its own task it is already expired (false);
+ * a periodic task schedules its next timeout instead.
+ * Moving a deadline later costs a clock read and one compare-and-swap; the
+ * worker files the timeout again when its old slot comes due (at most once per
+ * time it does). Moving it earlier also queues it for the worker, as a cancel
+ * does. Lock-free, no allocation, never blocks. Any thread. */
+HWT_EXTERN bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit);
 
 /* True once cancelled (by hwt_timeout_cancel or by a stop). NULL: false. Any thread. */
 HWT_EXTERN bool hwt_timeout_is_cancelled(const hwt_timeout *timeout);

@@ -47,8 +47,18 @@ enum {
     HWT_TO_TRANSFERRED = 4, /* set by the worker (CAS) as it moves a pending
                                timeout from the queue into the wheel */
     HWT_TO_EXEC_ARMED = 8,  /* with EXPIRED: handed to the executor, not yet run */
-    HWT_TO_PAIR = 16        /* set at creation: the task is an interned pair */
+    HWT_TO_PAIR = 16,       /* set at creation: the task is an interned pair */
+    /* Reschedule (timeout.c). A move to an earlier deadline is written under
+     * BUSY, so the worker never reads a deadline that a call may still lose;
+     * MOVED: the timeout is on a stripe's moved stack (through stack_link),
+     * holding a reference, for the worker to file it again. Every change of
+     * a pending deadline adds HWT_TO_GEN: a worker that read the deadline
+     * before it cannot then expire the timeout (its CAS fails). */
+    HWT_TO_BUSY = 32,
+    HWT_TO_MOVED = 64,
+    HWT_TO_GEN = 256 /* bits 8..31: a generation count, wrapping */
 };
+#define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 
 /* ---- worker-only flags (hwt_timeout.wflags). */
 enum {
@@ -122,6 +132,7 @@ struct hwt__stripe {
      * producer adding a later deadline never wakes it (timeout.c). */
     _Atomic int64_t queued_min;
     _Alignas(64) ck_stack_t cancels;
+    ck_stack_t moved; /* timeouts rescheduled earlier (HWT_TO_MOVED) */
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
     _Atomic uint64_t scheduled; /* ...that succeed, counted before the push: a
                                    timeout's end is never counted before it */
@@ -309,7 +320,7 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
     do { /* retried only when the worker set TRANSFERRED meanwhile */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false;
-        next = (cur & (HWT_TO_PAIR | HWT_TO_TRANSFERRED)) | to;
+        next = (cur & (HWT_TO_PAIR | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | to;
     } while (!atomic_compare_exchange_weak(&t->state, &cur, next));
     *now = next;
     return true;
@@ -318,10 +329,25 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
 /* Whether the canceller of a timeout in this (cancelled) state pushed it on
  * its cancel stack. Not when it was still queued without a cancelled
  * callback: the transfer drops it then, with nothing else owed, so such a
- * cancel costs the worker nothing more (hwt-bench churn). */
+ * cancel costs the worker nothing more (hwt-bench churn). Not either when
+ * it was on a moved stack (MOVED): the worker learns of the cancel there. */
 static inline bool hwt__cancel_was_pushed(uint32_t state)
 {
-    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR)) != 0;
+    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR)) != 0 && !(state & HWT_TO_MOVED);
+}
+
+/* Whether the worker is still to hear of this (cancelled) timeout's cancel:
+ * from its canceller's push, or from the moved stack it is on. */
+static inline bool hwt__cancel_notice_owed(uint32_t state)
+{
+    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR | HWT_TO_MOVED)) != 0;
+}
+
+/* A pending timeout's deadline: written by its producer before it is
+ * published and by reschedules, read by the worker. */
+static inline int64_t hwt__deadline_of(const hwt_timeout *t)
+{
+    return __atomic_load_n(&t->deadline, __ATOMIC_RELAXED);
 }
 
 static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)

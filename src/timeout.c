@@ -177,6 +177,91 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     return true;
 }
 
+/* ------------------------------------------------------------ reschedule
+ *
+ * Later (the idle-timeout case, the common one): store the deadline, then
+ * bump the generation with one CAS. The worker reads the state, then the
+ * deadline, and expires only with a CAS from the state it read: if it read
+ * the old deadline, the bump makes that CAS fail and it reads again; if it
+ * read the new one, it files the timeout again. The timeout stays in its
+ * old slot meanwhile: when that slot comes due the worker finds the later
+ * deadline and files it again, once.
+ *
+ * Earlier, or while another call holds BUSY: claim BUSY (and bump the
+ * generation) first, then write, then release - the worker never reads a
+ * deadline while BUSY is set, so it cannot expire the timeout early on a
+ * deadline this call may still lose to a cancel or an expiry. Then, as the
+ * old slot may be later than the new deadline, the timeout goes on this
+ * thread's moved stack (with a reference) for the worker to file it again.
+ * A call that finds BUSY set by another takes it over (a new generation):
+ * the last to write decides, and the one that was taken over returns true.
+ * A cancel or a stop may win while BUSY is set: the call then returns false
+ * (what it wrote is never read: the timeout will not run). */
+
+static int64_t new_deadline(hwt_timer *timer, int64_t delay_ns)
+{
+    int64_t now = hwt__rel_now(timer);
+    int64_t deadline = hwt__sat_add(now, delay_ns);
+    return deadline < now ? now : deadline;
+}
+
+static void store_deadline(hwt_timeout *t, int64_t deadline)
+{
+    __atomic_store_n(&t->deadline, deadline, __ATOMIC_RELAXED);
+}
+
+static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
+{
+    uint32_t mine;
+    for (;;) { /* claim */
+        if ((s & HWT_TO_LIFE) != HWT_TO_INIT)
+            return false;
+        mine = (s | HWT_TO_BUSY) + HWT_TO_GEN;
+        if (atomic_compare_exchange_weak(&t->state, &s, mine))
+            break;
+    }
+    int64_t before = hwt__deadline_of(t);
+    store_deadline(t, deadline);
+    uint32_t cur = mine;
+    for (;;) { /* release */
+        if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
+            return false; /* a cancel or a stop won */
+        if ((cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK))
+            return true; /* taken over: the later call releases */
+        bool tell = deadline < before && !(cur & HWT_TO_MOVED);
+        uint32_t next = (cur & ~(uint32_t)HWT_TO_BUSY) | (tell ? HWT_TO_MOVED : 0);
+        if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
+            if (tell) {
+                atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
+                hwt__stack_push(&hwt__my_stripe(timer)->moved, &t->stack_link);
+                maybe_wake_for(timer, deadline);
+            }
+            return true;
+        }
+    }
+}
+
+bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit)
+{
+    int64_t unit_ns = hwt__unit_ns(unit);
+    if (timeout == NULL || unit_ns == 0)
+        return false;
+    hwt_timer *timer = hwt__timer_of(timeout);
+    if (hwt__inherited(timer))
+        return false;
+    uint32_t s = atomic_load(&timeout->state);
+    if ((s & HWT_TO_LIFE) != HWT_TO_INIT) /* expired (also: from its own task), cancelled */
+        return false;
+    int64_t deadline = new_deadline(timer, hwt__sat_mul(delay, unit_ns));
+    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) &&
+           deadline >= hwt__deadline_of(timeout)) {
+        store_deadline(timeout, deadline);
+        if (atomic_compare_exchange_weak(&timeout->state, &s, s + HWT_TO_GEN))
+            return true;
+    }
+    return reschedule_claimed(timer, timeout, deadline, s);
+}
+
 bool hwt_timeout_is_cancelled(const hwt_timeout *timeout)
 {
     return timeout != NULL && (atomic_load(&timeout->state) & HWT_TO_LIFE) == HWT_TO_CANCELLED;
