@@ -8,45 +8,31 @@
  * ordered before its load, or both can miss each other and a timeout lands
  * behind the final drain. A locked add gives the schedule that order for
  * ~3 ns of a ~40 ns call (`hwt-bench schedule` and `churn`, 8 interleaved
- * runs each, 2026-11-24). Instead, on Linux, the worker issues
- * membarrier(PRIVATE_EXPEDITED) after it sees SHUTDOWN: every thread of the
- * process then runs a full fence, so a schedule whose `started` store was
- * not yet visible reads SHUTDOWN, and a compiler barrier is all it needs
- * (the pattern of liburcu and folly's asymmetric fences).
+ * runs each, 2026-11-24). Instead, where the system offers a process-wide
+ * barrier (Linux's membarrier, os.h), the worker issues it after it sees
+ * SHUTDOWN: every thread of the process then runs a full fence, so a
+ * schedule whose `started` store was not yet visible reads SHUTDOWN, and a
+ * compiler barrier is all it needs (the pattern of liburcu and folly's
+ * asymmetric fences).
  *
  * The process registers once, at the first timer's creation; where the
- * kernel or a seccomp filter refuses, hwt__light_fences stays false and
- * schedules keep the locked add.
+ * system, the kernel or a seccomp filter refuses, hwt__light_fences stays
+ * false and schedules keep the locked add.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "internal.h"
-
-#if defined(__linux__)
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "os.h"
 
 atomic_bool hwt__light_fences;
-
-#if defined(__linux__) && defined(SYS_membarrier)
-
-static long membarrier(int cmd)
-{
-    return syscall(SYS_membarrier, cmd, 0, 0);
-}
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
 
 static void register_process(void)
 {
-    long cmds = membarrier(MEMBARRIER_CMD_QUERY);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED))
-        return;
-    if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
+    if (hwt__os_membarrier_register())
         atomic_store(&hwt__light_fences, true);
 }
 
@@ -59,17 +45,5 @@ void hwt__heavy_fence(void)
 {
     /* Registered before any timer existed, so before this worker started. */
     if (atomic_load_explicit(&hwt__light_fences, memory_order_relaxed))
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+        hwt__os_membarrier();
 }
-
-#else
-
-void hwt__fences_init(void)
-{
-}
-
-void hwt__heavy_fence(void)
-{
-}
-
-#endif

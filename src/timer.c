@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "internal.h"
+#include "os.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -152,11 +153,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     pthread_mutex_init(&timer->lifecycle_lock, NULL);
     pthread_mutex_init(&timer->tasks_lock, NULL);
     timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
-    pthread_condattr_t cattr;
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&timer->started_cond, &cattr);
-    pthread_condattr_destroy(&cattr);
+    hwt__os_cond_init(&timer->started_cond);
 
     if (atomic_fetch_add(&live_timers, 1) + 1 > HWT_MAX_LIVE_TIMERS &&
         !atomic_exchange(&warned_too_many, true))
