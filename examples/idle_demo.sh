@@ -10,6 +10,8 @@
 #   --active-pct P (25), --interval-ms X (T/4), --duration-ms D (3T),
 #   --ramp-ms M (T/2), --slack-ms S (500), --progress-ms P (1000), --seed N.
 # --valgrind runs both under valgrind memcheck (leaks and errors fail the run).
+# --emulator CMD runs both through CMD (words split on blanks), e.g. the
+#   qemu-user wrapper of a cross build (CMAKE_CROSSCOMPILING_EMULATOR).
 # --bindir: where idle_server and idle_client are (default: beside this script).
 #
 # The server listens on an ephemeral port of 127.0.0.1; the client drives it,
@@ -21,11 +23,13 @@ set -uo pipefail
 
 bindir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 valgrind=0
+emulator=()
 server_args=()
 client_args=()
 while [ $# -gt 0 ]; do
     case $1 in
         --valgrind) valgrind=1 ;;
+        --emulator) read -r -a emulator <<<"$2"; shift ;;
         --bindir) bindir=$2; shift ;;
         --threads | --idle-ms | --tick-ms | --request-timeout-ms | --heartbeat-ms)
             server_args+=("$1" "$2"); shift ;;
@@ -48,6 +52,15 @@ if [ "$valgrind" = 1 ]; then
     # shellcheck disable=SC2054 # the commas are inside valgrind's option values
     wrap=(valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect
           --errors-for-leak-kinds=definite,indirect --track-fds=no)
+fi
+if [ ${#emulator[@]} -gt 0 ]; then
+    if [ "$valgrind" = 1 ]; then
+        echo "idle_demo: --valgrind and --emulator do not combine" >&2
+        exit 2
+    fi
+    # qemu-user runs the program in its own process: the server's pid below
+    # is the emulator's, and the signals sent to it reach the program.
+    wrap=("${emulator[@]}")
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idle_demo.XXXXXX")

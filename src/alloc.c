@@ -9,11 +9,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#ifdef MADV_POPULATE_WRITE
-#define HWT_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
-#else
-#define HWT_MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
+#include "os.h"
 
 static _Atomic(hwt__alloc_fail_fn) fail_hook;
 
@@ -67,8 +63,8 @@ void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment)
     /* The pool hands out every page of a region soon: fault them in with one
      * call instead of a trap per 4 KiB page, which costs several us in some
      * VMs (`hwt-bench schedule` on a 2-vCPU VM: ~190 -> ~70 ns per schedule).
-     * Best effort: before Linux 5.14 pages fault on first touch as before. */
-    madvise(p, size, HWT_MADV_POPULATE_WRITE);
+     * Best effort: where the system cannot, pages fault on first touch. */
+    hwt__os_populate(p, size);
     return p;
 }
 

@@ -1,19 +1,18 @@
 /*
  * clock.c - monotonic time and the worker's sleep modes.
  *
- * The worker waits on a futex word so that a producer (an earlier deadline),
- * a canceller or hwt_stop can wake it: the waker changes the word, then calls
- * hwt__wake. PRECISE sleeps to an absolute CLOCK_MONOTONIC deadline
- * (FUTEX_WAIT_BITSET); MILLIS and WINDOWS sleep relative whole milliseconds
- * with Netty's rounding, exactly as Thread.sleep would be called there.
+ * The worker waits on a word (a futex on Linux, os.h) so that a producer (an
+ * earlier deadline), a canceller or hwt_stop can wake it: the waker changes
+ * the word, then calls hwt__wake. PRECISE sleeps to an absolute
+ * CLOCK_MONOTONIC deadline; MILLIS and WINDOWS sleep relative whole
+ * milliseconds with Netty's rounding, exactly as Thread.sleep would be
+ * called there.
  */
-#define _GNU_SOURCE
 #include "clock.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "os.h"
 
 int64_t hwt__now_ns(void)
 {
@@ -52,35 +51,24 @@ int64_t hwt__sleep_ms(hwt_sleep_mode mode, int64_t remaining_ns)
     return ms;
 }
 
-static struct timespec to_timespec(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    return ts;
-}
-
 bool hwt__sleep(hwt_sleep_mode mode, _Atomic uint32_t *word, uint32_t expected, int64_t until_ns)
 {
-    uint32_t *addr = (uint32_t *)word;
     if (until_ns == INT64_MAX) {
-        syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+        hwt__os_wait_until(word, expected, INT64_MAX);
         return true;
     }
     int64_t remaining = until_ns - hwt__now_ns();
     if (remaining <= 0)
         return false;
-    if (mode == HWT_SLEEP_PRECISE) {
-        struct timespec abs = to_timespec(until_ns);
-        syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, &abs, NULL,
-                FUTEX_BITSET_MATCH_ANY);
-    } else {
-        struct timespec rel =
-            to_timespec(hwt__sat_mul(hwt__sleep_ms(mode, remaining), HWT_NS_PER_MS));
-        syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, &rel, NULL, 0);
-    }
+    if (mode == HWT_SLEEP_PRECISE)
+        hwt__os_wait_until(word, expected, until_ns);
+    else
+        hwt__os_wait_for(word, expected,
+                         hwt__sat_mul(hwt__sleep_ms(mode, remaining), HWT_NS_PER_MS));
     return true;
 }
 
 void hwt__wake(_Atomic uint32_t *word)
 {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    hwt__os_wake(word);
 }

@@ -1,6 +1,6 @@
 /*
  * clock.h - monotonic time, saturating nanosecond arithmetic, and the worker's
- * three sleep modes (an interruptible futex wait on Linux).
+ * three sleep modes (an interruptible wait on a word: os.h).
  * No shared state: hwt__sleep is called by the worker, hwt__wake by anyone.
  */
 #ifndef HWT_CLOCK_H

@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "internal.h"
 #include "steps.h"
+#include "os.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)

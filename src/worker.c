@@ -32,10 +32,10 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
-#include <sys/prctl.h>
 
 #include "internal.h"
 #include "steps.h"
+#include "os.h"
 
 HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
@@ -574,9 +574,9 @@ void *hwt__worker_main(void *arg)
     hwt_timer *timer = arg;
     hwt__current_worker = timer;
     hwt__pool_bind_thread(timer);
-    pthread_setname_np(pthread_self(), timer->thread_name);
+    hwt__os_name_thread(timer->thread_name);
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
-        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake on time, not 50 us late */
+        hwt__os_precise_sleeps(); /* wake on time, not 50 us late */
 
     hwt__step_reached(HWT_STEP_WORKER_STARTING, timer);
     pthread_mutex_lock(&timer->lifecycle_lock);

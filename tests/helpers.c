@@ -102,6 +102,12 @@ bool hwtt_under_valgrind(void)
     return preload != NULL && strstr(preload, "vgpreload") != NULL; /* its preloaded .so */
 }
 
+bool hwtt_under_emulator(void)
+{
+    const char *emulator = getenv("HWT_TEST_EMULATOR");
+    return emulator != NULL && emulator[0] != '\0';
+}
+
 int64_t hwtt_slowdown(void)
 {
     static int64_t cached;
@@ -113,6 +119,8 @@ int64_t hwtt_slowdown(void)
         factor = atoll(env);
     else if (hwtt_under_valgrind())
         factor = 20;
+    else if (hwtt_under_emulator())
+        factor = 5; /* qemu-user: a translated instruction stream, ~3-10x slower */
     else {
 #if defined(HWTT_TSAN)
         factor = 10;

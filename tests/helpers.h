@@ -60,12 +60,16 @@ void hwtt_count_task(hwt_timeout *timeout, void *arg);
 /* ---- time-bound scaling and timer cleanup (added for the timing suites) ---- */
 
 /* Multiplier for upper time bounds (never for lower bounds): HWT_TEST_SLOWDOWN
- * (an integer >= 1) if set; otherwise 20 under valgrind, 10 under TSan, 4 under
- * ASan, 1 otherwise. */
+ * (an integer >= 1) if set; otherwise 20 under valgrind, 10 under TSan, 5 under
+ * an emulator, 4 under ASan, 1 otherwise. */
 int64_t hwtt_slowdown(void);
 
 /* Whether the test runs under valgrind. */
 bool hwtt_under_valgrind(void);
+
+/* Whether the test runs under an emulator (qemu-user for a cross build): the
+ * build's CTest entries set HWT_TEST_EMULATOR to it (tests/CMakeLists.txt). */
+bool hwtt_under_emulator(void);
 
 /* ms * hwtt_slowdown(): a generous upper-bound allowance in milliseconds. */
 int64_t hwtt_slack_ms(int64_t ms);

@@ -689,6 +689,22 @@ static void test_worker_name_is_copied(void **state)
     assert_string_equal(p.name, "hwt-lc-copied");
 }
 
+/* The signals a thread can block here: every one natively; under an
+ * emulator, those that blocking all of them on this thread does block.
+ * qemu-user maps the target's real-time signals onto the host's, which
+ * glibc already holds two of, so the top ones have no host signal: they
+ * cannot be blocked (nor raised) in the emulated program. */
+static void blockable_here(sigset_t *set)
+{
+    sigfillset(set);
+    if (!hwtt_under_emulator())
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    assert_int_equal(pthread_sigmask(SIG_BLOCK, &all, &old), 0);
+    assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, set), 0);
+}
+
 static void test_worker_blocks_all_signals(void **state)
 {
     (void)state;
@@ -709,9 +725,15 @@ static void test_worker_blocks_all_signals(void **state)
 
     /* as the worker sees its own mask */
     assert_int_equal(p.mask_rc, 0);
+    sigset_t blockable;
+    blockable_here(&blockable);
     for (int s = 1; s <= SIGRTMAX; s++) {
         if (s == SIGKILL || s == SIGSTOP || (s > 31 && s < SIGRTMIN))
             continue; /* cannot be blocked, or reserved by glibc */
+        if (s >= SIGRTMIN && !sigismember(&blockable, s)) {
+            print_message("  signal %d cannot be blocked under the emulator\n", s);
+            continue; /* reserved by the emulator (only under one: see blockable_here) */
+        }
         if (sigismember(&p.mask, s) != 1)
             fail_msg("signal %d (%s) is not blocked on the worker", s, strsignal(s));
     }
@@ -721,9 +743,14 @@ static void test_worker_blocks_all_signals(void **state)
     unsigned long long blk = strtoull(sigblk, NULL, 16);
     const int must[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,  SIGUSR2,     SIGPIPE,
                         SIGALRM, SIGTERM, SIGCHLD, SIGRTMIN, SIGRTMIN + 1};
-    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
+        /* Under an emulator the kernel sees the emulator's host thread, and
+         * the emulator numbers the target's real-time signals its own way. */
+        if (must[i] >= SIGRTMIN && hwtt_under_emulator())
+            continue;
         if (!(blk & (1ull << (must[i] - 1))))
             fail_msg("SigBlk %s: signal %d not blocked", sigblk, must[i]);
+    }
 }
 
 static void test_thread_attr_honoured(void **state)
