@@ -130,7 +130,7 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
     if (deadline < now)
         deadline = now;
-    t->deadline = deadline;
+    t->node.deadline = deadline;
     /* The queue's in-flight reference, and the caller's handle. Once queued
      * the timeout may run and be recycled at any moment: not touched again. */
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
@@ -214,7 +214,7 @@ void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
     /* The deadline clock (never behind, ~0.25 us ahead) for a statistic: a
      * clock_gettime per expired timeout cost the worker 13% of its CPU in
      * `hwt-bench expire`. Never for deciding what is due (worker.c). */
-    int64_t late = hwt__deadline_rel_now(timer) - timeout->deadline;
+    int64_t late = hwt__deadline_rel_now(timer) - timeout->node.deadline;
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);

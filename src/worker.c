@@ -68,8 +68,8 @@ static size_t process_cancels(hwt_timer *timer)
             ck_stack_entry_t *next = e->next;
             hwt_timeout *t = hwt__timeout_of_stack(e);
             t->wflags |= HWT_W_CANCEL_DONE;
-            if (t->wflags & HWT_W_LINKED) {
-                hwt__wheel_unlink(&timer->wheel, t);
+            if (hwt__wheel_linked(&t->node)) {
+                hwt__wheel_unlink(&timer->wheel, &t->node);
                 t->wflags |= HWT_W_RELEASED;
                 hwt__run_cancelled_callback(t);
                 hwt__timeout_unref(t);
@@ -176,19 +176,19 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
         if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
             let_go_cancelled(timer, t); /* cancelled for good: order does not matter */
             ++*dropped;
-        } else if (t->deadline < soon_before) {
+        } else if (t->node.deadline < soon_before) {
             if (soon_last == NULL)
                 soon_last = newest_first;
             newest_first->next = soon;
             soon = newest_first;
             soon_count++;
-            if (t->deadline < soon_min)
-                soon_min = t->deadline;
+            if (t->node.deadline < soon_min)
+                soon_min = t->node.deadline;
         } else {
             newest_first->next = later;
             later = newest_first;
-            if (t->deadline < later_min)
-                later_min = t->deadline;
+            if (t->node.deadline < later_min)
+                later_min = t->node.deadline;
         }
         newest_first = next;
     }
@@ -260,10 +260,10 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
                 uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
                 if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
                     atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
-                    if (t->deadline < overdue_before)
+                    if (t->node.deadline < overdue_before)
                         expire(timer, t);
                     else
-                        hwt__wheel_place(&timer->wheel, t);
+                        hwt__wheel_place(&timer->wheel, &t->node);
                 } else {
                     let_go_cancelled(timer, t);
                     ++*cancelled;
@@ -279,7 +279,8 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
 
 /* ---------------------------------------------------------- expiry */
 
-/* Called by the wheel for each due timeout, already unlinked. */
+/* Ends a due timeout (out of the wheel, or never in it): runs it, or lets
+ * go of it if a cancel won. */
 static void expire(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
@@ -300,6 +301,13 @@ static void expire(void *ctx, hwt_timeout *t)
     hwt__record_lateness(timer, t);
     hwt__task_run(t, state)(t, t->arg);
     hwt__timeout_unref(t);
+}
+
+/* The wheel's callback for each due timeout, already unlinked. */
+static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *node)
+{
+    expire(ctx, hwt__timeout_of_node(node));
+    return HWT_WHEEL_TAKEN;
 }
 
 /* ---------------------------------------------------------- the loop */
@@ -358,7 +366,7 @@ static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *c
             return moved;
         int64_t ended = last_before_queued(timer, hwt__rel_now(timer) / timer->tick_ns - 1, true);
         if (ended >= wheel->cur) {
-            hwt__wheel_advance(wheel, ended, expire, timer);
+            hwt__wheel_advance(wheel, ended, expire_node, timer);
             run_overdue = true;
         }
     }
@@ -387,7 +395,7 @@ static void run_loop(hwt_timer *timer)
         int64_t ahead = last_before_queued(timer, last_elapsed, false);
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
-            hwt__wheel_advance(wheel, ahead, expire, timer);
+            hwt__wheel_advance(wheel, ahead, expire_node, timer);
         uint32_t moved = transfer_in_slices(timer, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
@@ -397,7 +405,7 @@ static void run_loop(hwt_timer *timer)
         if (ended > last_elapsed)
             last_elapsed = ended;
         if (last_elapsed >= wheel->cur)
-            hwt__wheel_advance(wheel, last_elapsed, expire, timer);
+            hwt__wheel_advance(wheel, last_elapsed, expire_node, timer);
 
         /* Plan: the next tick with work (pre-cascade passes included), sooner
          * if the transfer budget ran out (more next tick), and within
@@ -467,6 +475,11 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
     hwt__stopset_add(&timer->stopped_set, t);
 }
 
+static void take_node_for_stop(void *ctx, struct hwt__wheel_node *node)
+{
+    take_for_stop(ctx, hwt__timeout_of_node(node));
+}
+
 /* Waits until every schedule call that saw the timer running has queued its
  * timeout (or failed): after SHUTDOWN no other can start. */
 static void wait_for_producers(hwt_timer *timer)
@@ -481,13 +494,13 @@ static void wait_for_producers(hwt_timer *timer)
     }
 }
 
-/* For each timeout of the pool (a scan in memory order): takes those the
- * wheel holds. */
+/* For each timeout of the pool (a scan in memory order, free ones too: a
+ * free timeout's node is not linked): takes those the wheel holds. */
 static void take_if_in_wheel(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
-    if (t->wflags & HWT_W_LINKED) {
-        hwt__wheel_forget(&timer->wheel, t);
+    if (hwt__wheel_linked(&t->node)) {
+        hwt__wheel_forget(&timer->wheel, &t->node);
         take_for_stop(timer, t);
     }
 }
@@ -503,7 +516,7 @@ static void drain_wheel(hwt_timer *timer)
         hwt__pool_for_each(&timer->pool, take_if_in_wheel, timer);
         hwt__wheel_clear(&timer->wheel);
     } else {
-        hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
+        hwt__wheel_drain(&timer->wheel, take_node_for_stop, timer);
     }
 }
 
