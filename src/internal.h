@@ -79,11 +79,11 @@ struct hwt__pair_block {
  * freed. */
 struct hwt_timeout {
     union {
-        struct hwt__wheel_node node; /* deadline: ns since the worker started, >= time
-                                        scheduled; links: while in a wheel bucket (worker) */
-        ck_stack_entry_t queue_link; /* node.link.next's place, while queued: its stripe's
-                                        new-timeout stack; after a stop: its overflow list
-                                        (stopset.c) */
+        struct hwt__wheel_node node;     /* deadline: ns since the worker started, >= time
+                                            scheduled; links: while in a wheel bucket (worker) */
+        ck_stack_entry_t queue_link;     /* node.link.next's place, while queued: its stripe's
+                                            new-timeout stack; after a stop: its overflow list
+                                            (stopset.c) */
         struct {                         /* while free, if it heads a magazine (pool.c): */
             ck_stack_entry_t depot_link; /* in node.link.next's place */
             void *unused_;               /* node.link.prev's: stays NULL */

@@ -250,7 +250,8 @@ static struct slot_ref bucket_ref(const struct hwt__wheel *wheel,
     if (a - upper < sizeof w->upper) {
         size_t i = (size_t)(a - upper) / sizeof(struct hwt__wheel_link);
         *level = (uint32_t)(i / (2 * HWT_LEVEL_SLOTS)) + 1;
-        return upper_ref(w, *level, (int)(i / HWT_LEVEL_SLOTS % 2), (uint32_t)(i % HWT_LEVEL_SLOTS));
+        return upper_ref(w, *level, (int)(i / HWT_LEVEL_SLOTS % 2),
+                         (uint32_t)(i % HWT_LEVEL_SLOTS));
     }
     *level = 0;
     for (int p = 0; p < 2; p++) {

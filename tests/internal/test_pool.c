@@ -171,6 +171,58 @@ static void test_nothing_is_handed_out_twice(void **state)
     hwtt_destroy(timer);
 }
 
+/* The stop's fast drain scans every timeout of the pool, free ones too, and
+ * takes those whose wheel node is linked: timeouts that were in the wheel,
+ * then cancelled (unlinked by the worker) and freed, must not look linked -
+ * only the live ones are handed back and counted out of the wheel. */
+static void test_stop_scan_skips_free_timeouts(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timeout **h = calloc(2 * N, sizeof *h);
+    assert_non_null(h);
+    hwtt_rec rec = {0};
+    struct sched_job job = {timer, 2 * N, h, &rec, 0};
+    schedule_n(&job);
+    assert_int_equal(job.failures, 0);
+    /* All in the wheel first: a timeout due now wakes the worker, which
+     * moves everything queued before it. */
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 0, HWT_MILLISECONDS, NULL),
+                     0);
+    assert_true(
+        hwtt_wait_until(atomic_load(&rec.ran) == 1 && atomic_load(&timer->transferred) == 2 * N + 1,
+                        hwtt_slack_ms(2000)));
+    size_t live = 0;
+    for (size_t i = 0; i < 2 * N; i++) {
+        if (i % 2 == 0) {
+            assert_true(hwt_timeout_cancel(h[i]));
+            hwt_timeout_release(h[i]);
+        } else {
+            h[live++] = h[i];
+        }
+    }
+    /* Unlinked and their callbacks called: free once their handles are gone. */
+    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == N, hwtt_slack_ms(2000)));
+    /* The scan, not the walk of the buckets (worker.c, drain_wheel). */
+    assert_true(N > hwt__pool_capacity(&timer->pool) / 8);
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, live);
+    qsort(h, live, sizeof *h, cmp_ptr);
+    qsort(list, count, sizeof *list, cmp_ptr);
+    assert_memory_equal(h, list, count * sizeof *list);
+    assert_int_equal(atomic_load(&rec.cb), N); /* no cancelled callback again */
+    assert_int_equal(timer->wheel.count, 0);   /* the worker has ended: its wheel took just those */
+    hwt_timeouts_release(list, count);
+    for (size_t i = 0; i < live; i++)
+        hwt_timeout_release(h[i]);
+    free(h);
+    hwtt_destroy(timer);
+}
+
 /* 16 threads, alive together, each schedule one timeout: each maps one
  * chunk, not a region that doubles with every thread (16 threads would
  * then hold 16 KiB, 32 KiB, ... 2 MiB, 2 MiB...). */
@@ -262,6 +314,7 @@ int main(void)
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_stop_scan_skips_free_timeouts, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_threads_that_schedule_little_hold_little,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_chunks_hold_whole_timeouts, hwtt_teardown_timers),

@@ -28,7 +28,7 @@ struct model {
     int64_t fired_at[N_TIMEOUTS];  /* observed, -1 if not */
     uint64_t seq[N_TIMEOUTS];      /* placement order */
     bool live[N_TIMEOUTS];
-    int refiles[N_TIMEOUTS];       /* how often the callback refiled it */
+    int refiles[N_TIMEOUTS]; /* how often the callback refiled it */
     uint64_t next_seq;
     int refile_percent; /* the callback refiles this share of the nodes due */
     struct hwt__wheel wheel;
@@ -701,7 +701,10 @@ static void test_refile_from_advance(void **state)
     struct hwt__wheel w;
     struct hwt__wheel_node nodes[5] = {{{NULL, NULL}, 0}};
     assert_true(hwt__wheel_init(&w, 8, tick));
-    struct refile_log log = {&w, nodes, {-1, 10 * tick + 500, 11 * tick, 100000 * tick, -1}, {0}, {0}, 0};
+    /* 1: within its tick; 2: to the next tick, behind 4; 3: far, to an upper level. */
+    struct refile_log log = {.wheel = &w,
+                             .nodes = nodes,
+                             .new_deadline = {-1, 10 * tick + 500, 11 * tick, 100000 * tick, -1}};
     for (size_t i = 0; i < 4; i++) {
         nodes[i].deadline = 10 * tick + (int64_t)i;
         hwt__wheel_place(&w, &nodes[i]);
