@@ -6,9 +6,10 @@
  *     "producer side" fields are atomics used by any thread; the "worker side"
  *     belongs to the worker thread (and to the stopping thread once it has
  *     joined the worker); lifecycle fields are under lifecycle_lock.
- *   hwt_timeout: state and refs are atomics (any thread); link, wflags, wlevel are
- *     the worker's; run (or pair)/arg/deadline are written by the producer
- *     before the timeout is published and are read-only afterwards.
+ *   hwt_timeout: state and refs are atomics (any thread); the wheel node's
+ *     links and wflags are the worker's; run (or pair)/arg/node.deadline are
+ *     written by the producer before the timeout is published and are
+ *     read-only afterwards.
  */
 #ifndef HWT_INTERNAL_H
 #define HWT_INTERNAL_H
@@ -60,11 +61,13 @@ enum {
 };
 #define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 
-/* ---- worker-only flags (hwt_timeout.wflags). */
+/* ---- worker-only flags (hwt_timeout.wflags). Whether a timeout is in a
+ * wheel bucket, the wheel says (hwt__wheel_linked). */
 enum {
-    HWT_W_LINKED = 1,     /* in a wheel bucket */
-    HWT_W_RELEASED = 2,   /* out of the queue and not in the wheel any more */
-    HWT_W_CANCEL_DONE = 4 /* its cancellation was processed (callback called) */
+    HWT_W_RELEASED = 1,    /* out of the queue and not in the wheel any more */
+    HWT_W_CANCEL_DONE = 2, /* its cancellation was processed (callback called) */
+    HWT_W_DEFERRED = 4,    /* out of the wheel, on a moved stack until a reschedule is done */
+    HWT_W_STOPPED = 8      /* taken by the final drain of a stop */
 };
 
 /* A timeout's task when it has a cancelled callback (tasks.c). */
@@ -79,18 +82,25 @@ struct hwt__pair_block {
     struct hwt__task_pair pairs[HWT_PAIRS_PER_BLOCK];
 };
 
-/* A wheel bucket's doubly linked list node: the ids (ids.h) of the
- * neighbours, HWT_ID_NONE at the ends. */
-struct hwt__link {
-    uint32_t next, prev;
-};
-
+/* A timeout is its wheel node (wheel.h) and what the timer needs around it.
+ * The node's next link is used by one list at a time: the wheel's bucket,
+ * the stripe's new-timeout stack, the stop's overflow list or the pool's
+ * depot; node.link.prev is non-NULL only while the wheel holds the timeout
+ * (the stop's scan of the pool, worker.c, relies on it for free ones too),
+ * and node.deadline lives from the producer's write until the timeout is
+ * freed. */
 struct hwt_timeout {
     union {
-        struct hwt__link link;       /* while in a wheel bucket (worker) */
-        ck_stack_entry_t queue_link; /* while queued: its stripe's new-timeout stack;
-                                        after a stop: its overflow list (stopset.c) */
-        ck_stack_entry_t depot_link; /* while free, if it heads a magazine (pool.c) */
+        struct hwt__wheel_node node;     /* deadline: ns since the worker started, >= time
+                                            scheduled; links: while in a wheel bucket (worker) */
+        ck_stack_entry_t queue_link;     /* node.link.next's place, while queued: its stripe's
+                                            new-timeout stack; after a stop: its overflow list
+                                            (stopset.c) */
+        struct {                         /* while free, if it heads a magazine (pool.c): */
+            ck_stack_entry_t depot_link; /* in node.link.next's place */
+            void *unused_;               /* node.link.prev's: stays NULL */
+            size_t mag_count;            /* in node.deadline's place */
+        };
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
     union {
@@ -98,14 +108,9 @@ struct hwt_timeout {
         const struct hwt__task_pair *pair; /* with HWT_TO_PAIR (tasks.c) */
     };
     void *arg;
-    union {
-        int64_t deadline; /* ns since the worker started; >= time scheduled */
-        size_t mag_count; /* while free, if it heads a magazine (pool.c) */
-    };
     _Atomic uint32_t state;
     _Atomic uint16_t refs;
     uint8_t wflags;
-    uint8_t wlevel; /* worker-only: the wheel level it is linked in (with HWT_W_LINKED) */
 };
 
 enum { HWT_STATE_INIT, HWT_STATE_STARTED, HWT_STATE_SHUTDOWN };
@@ -180,6 +185,7 @@ struct hwt_timer {
     /* ---- worker side */
     _Alignas(64) struct hwt__wheel wheel;
     size_t awaiting_cancel; /* let go of, cancellation not processed yet */
+    size_t awaiting_moved;  /* taken by the stop while on a moved stack */
     unsigned next_stripe;   /* the stripe transfer starts with */
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), linked by queue_link: those due soon
@@ -347,7 +353,7 @@ static inline bool hwt__cancel_notice_owed(uint32_t state)
  * published and by reschedules, read by the worker. */
 static inline int64_t hwt__deadline_of(const hwt_timeout *t)
 {
-    return __atomic_load_n(&t->deadline, __ATOMIC_RELAXED);
+    return __atomic_load_n(&t->node.deadline, __ATOMIC_RELAXED);
 }
 
 static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)
@@ -378,7 +384,17 @@ static inline hwt_timeout *hwt__timeout_of_stack(ck_stack_entry_t *entry)
     return (hwt_timeout *)((char *)entry - offsetof(hwt_timeout, stack_link));
 }
 
-_Static_assert(sizeof(struct hwt_timeout) == 48,
-               "a timeout is 48 bytes (SPEC 4: <= 64 per pending)");
+static inline hwt_timeout *hwt__timeout_of_node(struct hwt__wheel_node *node)
+{
+    return (hwt_timeout *)((char *)node - offsetof(hwt_timeout, node));
+}
+
+_Static_assert(offsetof(hwt_timeout, queue_link) == offsetof(hwt_timeout, node.link.next) &&
+                   offsetof(hwt_timeout, depot_link) == offsetof(hwt_timeout, node.link.next) &&
+                   offsetof(hwt_timeout, mag_count) == offsetof(hwt_timeout, node.deadline),
+               "the queue and depot links share only the node's next link: the deadline "
+               "survives the queue, and a free timeout never looks linked");
+_Static_assert(sizeof(struct hwt_timeout) <= 56,
+               "a timeout is at most 56 bytes: with its chunk's header, under 64 per pending");
 
 #endif

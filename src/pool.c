@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "ids.h"
 #include "internal.h"
 
 #define MAG_SIZE 64
@@ -139,10 +138,6 @@ static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
     char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
     if (region == NULL)
         return first;
-    if (!hwt__ids_name_region(&timer->pool.ids, region)) {
-        hwt__unmap(region, bytes);
-        return first;
-    }
     c->region_bytes = bytes;
     struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)region;
     head->timer = timer;
@@ -157,7 +152,7 @@ static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
 int hwt__pool_init(struct hwt__pool *pool)
 {
     memset(pool, 0, sizeof *pool);
-    return hwt__ids_init(&pool->ids);
+    return 0;
 }
 
 static struct hwt__timeout_chunk *region_of(ck_stack_entry_t *region_link)
@@ -175,7 +170,6 @@ void hwt__pool_destroy(struct hwt__pool *pool)
         hwt__unmap(head, head->region_bytes);
         e = next;
     }
-    hwt__ids_free(&pool->ids);
 }
 
 size_t hwt__pool_capacity(struct hwt__pool *pool)
@@ -273,7 +267,7 @@ void hwt__pool_bind_thread(hwt_timer *timer)
 
 /* The timeout a fresh run continues with after t: the next one, or past a
  * chunk's end the first of the next chunk, whose header is written now
- * (the same timer, the next ids). Only while the run has more. */
+ * (the same timer). Only while the run has more. */
 static hwt_timeout *fresh_after(hwt_timeout *t)
 {
     char *next = (char *)(t + 1);
@@ -283,7 +277,6 @@ static hwt_timeout *fresh_after(hwt_timeout *t)
     const struct hwt__timeout_chunk *before =
         (const struct hwt__timeout_chunk *)(next - HWT_TIMEOUT_CHUNK_BYTES);
     chunk->timer = before->timer;
-    chunk->first_id = hwt__ids_next_chunk(before->first_id);
     return (hwt_timeout *)(next + HWT_CHUNK_HEADER_BYTES);
 }
 

@@ -18,21 +18,17 @@
 #include "hwtimer.h"
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
-#define HWT_CHUNK_HEADER_BYTES 64     /* then the timeouts */
+/* As many timeouts as fit beside the header, which takes the rest (32 bytes
+ * with 56-byte timeouts): a chunk's last timeout ends at the chunk's end. */
 #define HWT_TIMEOUTS_PER_CHUNK                                                                     \
-    ((HWT_TIMEOUT_CHUNK_BYTES - HWT_CHUNK_HEADER_BYTES) / sizeof(hwt_timeout))
+    ((HWT_TIMEOUT_CHUNK_BYTES - sizeof(struct hwt__timeout_chunk)) / sizeof(hwt_timeout))
+#define HWT_CHUNK_HEADER_BYTES                                                                     \
+    (HWT_TIMEOUT_CHUNK_BYTES - HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout))
 #define HWT_MAX_REGION_BYTES (UINT64_C(2) << 20) /* chunks come in regions of up to this */
-
-/* The pool's names for its timeouts (ids.h). */
-struct hwt__ids {
-    _Atomic(char *) *region_of_block; /* HWT_ID_BLOCKS entries */
-    _Atomic uint32_t blocks;          /* blocks given to regions so far */
-};
 
 struct hwt__pool {
     _Alignas(16) ck_stack_t depot;   /* full magazines */
     _Alignas(16) ck_stack_t regions; /* every region, for the final free */
-    struct hwt__ids ids;
 };
 
 /* Header of a timeout chunk, at its aligned start. Chunks come in regions
@@ -41,7 +37,6 @@ struct hwt__timeout_chunk {
     hwt_timer *timer;
     ck_stack_entry_t region_link;
     size_t region_bytes;
-    uint32_t first_id; /* the id of its first timeout (ids.h) */
 };
 
 /* The chunk a timeout lives in. */

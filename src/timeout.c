@@ -137,7 +137,7 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
      * makes lateness (start - max(deadline, scheduled)) one subtraction. */
     if (deadline < now)
         deadline = now;
-    t->deadline = deadline;
+    t->node.deadline = deadline;
     /* The queue's in-flight reference, and the caller's handle. Once queued
      * the timeout may run and be recycled at any moment: not touched again. */
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
@@ -207,7 +207,7 @@ static int64_t new_deadline(hwt_timer *timer, int64_t delay_ns)
 
 static void store_deadline(hwt_timeout *t, int64_t deadline)
 {
-    __atomic_store_n(&t->deadline, deadline, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->node.deadline, deadline, __ATOMIC_RELAXED);
 }
 
 static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
@@ -234,6 +234,9 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
             if (tell) {
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push(&hwt__my_stripe(timer)->moved, &t->stack_link);
+                /* The push before the read of the worker's plan (see the
+                 * worker's moved_waiting). */
+                atomic_thread_fence(memory_order_seq_cst);
                 maybe_wake_for(timer, deadline);
             }
             return true;
@@ -289,7 +292,7 @@ void *hwt_timeout_arg(const hwt_timeout *timeout)
 
 void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
 {
-    int64_t late = hwt__rel_now(timer) - timeout->deadline;
+    int64_t late = hwt__rel_now(timer) - hwt__deadline_of(timeout);
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);

@@ -197,7 +197,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         hwt__free(timer);
         return HWT_ENOMEM;
     }
-    if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns, &timer->pool.ids) != 0) {
+    if (!hwt__wheel_init(&timer->wheel, wheel_len, tick_ns)) {
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
         return HWT_ENOMEM;

@@ -1,5 +1,7 @@
 /*
- * wheel.c - buckets and placement arithmetic. Worker-only: no atomics, no locks.
+ * wheel.c - buckets and placement arithmetic. One owner thread: no atomics,
+ * no locks. The wheel files nodes (wheel.h), not timeouts: it reads a node's
+ * deadline and writes its links, nothing else.
  *
  * ---------------------------------------------------------------- the design
  *
@@ -10,10 +12,10 @@
  * ~100 times each per minute, and the worker must wake on every tick to do
  * it even when nothing is due.
  *
- * We keep Netty's semantics exactly - a timeout with deadline D runs while
- * the worker processes tick floor(D / tick) (or the current tick if that one
- * is past), and within a tick in the order the timeouts were linked - but
- * store far timeouts in overflow levels, as hierarchical timing wheels do
+ * We keep Netty's semantics exactly - a node with deadline D is handed back
+ * while the owner processes tick floor(D / tick) (or the current tick if that
+ * one is past), and within a tick in the order the nodes were linked - but
+ * store far nodes in overflow levels, as hierarchical timing wheels do
  * (Varghese & Lauck; Linux's timer wheel before 4.8; Kafka's purgatory):
  *
  *   level 0      ticks_per_wheel = 2^b buckets, one tick each
@@ -23,61 +25,77 @@
  * then 6 bits per upper level. The bits above level k's digit are the tick's
  * range at level k (at level 0, its block). Every level exists twice: for
  * cur's range (cur: the next tick to process) and for the next range, in the
- * two arrays named by the range number's parity. A timeout due at tick d is
+ * two arrays named by the range number's parity. A node due at tick d is
  * linked in the slot named by d's digit, in the array of d's range, at some
  * level k such that (checked by hwt__wheel_check):
  *
  *   (I1) d's range at level k is cur's or the next one; at level k >= 1 in
  *        cur's range, d's digit is larger than cur's (that slot was moved
  *        down already); at level 0, d >= cur (past-due: linked at cur);
- *   (I2) timeouts due at the same tick are linked at lower levels the older
+ *   (I2) nodes due at the same tick are linked at lower levels the older
  *        they are, and in link order within a bucket.
  *
  * Whenever cur enters the first tick of a level-k slot, that slot is emptied
- * and its timeouts are linked again lower down ("cascading"), top-down: a
- * timeout may join a lower slot starting at the same tick (behind older ones
- * due with it, see below) and must move on with it. A timeout falls as low
- * as it may at once and moves at most once per level, so a far-future
- * timeout costs O(levels), not O(revolutions).
+ * and its nodes are linked again lower down ("cascading"), top-down: a node
+ * may join a lower slot starting at the same tick (behind older ones due
+ * with it, see below) and must move on with it. A node falls as low as it
+ * may at once and moves at most once per level, so a far-future node costs
+ * O(levels), not O(revolutions).
  *
- * Placing (new timeouts and moved ones alike): the lowest level allowed by
+ * Placing (new nodes and moved ones alike): the lowest level allowed by
  * (I1), unless a slot holding d higher up (below the level it comes from)
  * is not empty: then the highest such slot, behind what waits there - it may
- * hold older timeouts due at d, and (I2) must hold when they come down.
+ * hold older nodes due at d, and (I2) must hold when they come down.
  *
- * Spreading the cascades: a slot's timeouts are scattered in memory (they
- * arrived in any order), so moving a big slot at once stalls the worker - a
+ * Spreading the cascades: a slot's nodes are scattered in memory (they
+ * arrived in any order), so moving a big slot at once stalls the owner - a
  * cache and TLB miss each: ~17 ms for a level-1 slot of 25 000, 11-45 ms for
  * a level-2 slot of 545 000. So the next slot of each level is moved down
  * ahead of time, into the next range of the level below (or lower), a part per
- * worker pass (hwt__wheel_precascade): at level 1 while cur's block runs, at
- * level k >= 2 during the last quarter of cur's level-k slot (late, so a
- * timer holding far timeouts stays idle; early enough to spread). A pass
- * moves at least a small budget, and the share of what is left that the
- * ticks since the last pass are of the ticks left, so the work is even
- * however often the worker passes; next_event wakes it for a pass every
- * `pace` ticks (1/32 block), but only while a slot has something to move.
- * Entering a slot then only swaps the arrays' roles; what arrived late is
- * moved at once, as before.
+ * pass (hwt__wheel_precascade): at level 1 while cur's block runs, at level
+ * k >= 2 during the last quarter of cur's level-k slot (late, so a timer
+ * holding far timeouts stays idle; early enough to spread). A pass moves at
+ * least a small budget, and the share of what is left that the ticks since
+ * the last pass are of the ticks left, so the work is even however often the
+ * owner passes; next_event wakes it for a pass every `pace` ticks (1/32
+ * block), but only while a slot has something to move. Entering a slot then
+ * only swaps the arrays' roles; what arrived late is moved at once, as before.
+ *
+ * Lists: each bucket is the sentinel of a circular doubly linked list of its
+ * nodes (empty: {NULL, NULL}, so a zeroed bucket array is empty and a huge
+ * level 0 stays untouched zero pages). A node records neither its bucket nor
+ * its level: unlinking splices its neighbours, and only a node alone in its
+ * bucket has prev == next - that is the bucket, whose level and slot follow
+ * from its address, to clear its occupancy bit. So a node is two links and a
+ * deadline, 24 bytes, and an object embedding it pays nothing more for the
+ * wheel. The price: an unlink from the middle of an upper slot's list does
+ * not know the slot, so the slot's count, which only paces its pre-cascade,
+ * is an upper bound (reset when the slot empties). An inflated count makes a
+ * pass move more of the slot sooner, never fewer than the exact count would:
+ * the slot is still empty by its start, and the total work is the same.
+ *
+ * Refiling: the owner may move a deadline later without touching the wheel
+ * and refile the node when its old tick hands it back (the advance callback
+ * answers HWT_WHEEL_REFILE): the node is placed again as a newcomer, so (I1)
+ * and (I2) hold as for any placement; one due at once is handed back again
+ * in the same tick, behind the nodes linked before it.
  *
  * Sleeping: one occupancy bit per bucket (a 64-bit word per upper array, a
  * bitmap for level 0) gives the next tick at which anything happens - a
  * non-empty level-0 bucket, or a non-empty upper slot's first tick - with a
- * few count-trailing-zeros. The worker sleeps until then instead of ticking.
- * Ticks in between are skipped in O(1): no timeout needs them, and every
- * timeout still satisfies (I1) at the tick skipped to.
+ * few count-trailing-zeros. The owner sleeps until then instead of ticking.
+ * Ticks in between are skipped in O(1): no node needs them, and every node
+ * still satisfies (I1) at the tick skipped to.
  *
- * Costs: link O(levels) bit tests, unlink O(1); moving down O(1) per
- * timeout per level; next event O(levels + level-0 words scanned), the scan
- * capped so a huge level 0 only costs an early, empty wake-up.
+ * Costs: link O(levels) bit tests, unlink O(1); moving down O(1) per node
+ * per level; next event O(levels + level-0 words scanned), the scan capped
+ * so a huge level 0 only costs an early, empty wake-up.
  */
 #include "wheel.h"
 
 #include <string.h>
 
 #include "alloc.h"
-#include "ids.h"
-#include "internal.h"
 
 #define LEVEL0_SCAN_WORDS 1024 /* at most 65536 buckets scanned per next-event query */
 
@@ -96,11 +114,9 @@ static uint32_t log2_u32(uint32_t pow2)
     return (uint32_t)__builtin_ctz(pow2);
 }
 
-int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns,
-                    const struct hwt__ids *ids)
+bool hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t tick_ns)
 {
-    memset(wheel, 0, sizeof *wheel); /* every bucket empty: HWT_ID_NONE is 0 */
-    wheel->ids = ids;
+    memset(wheel, 0, sizeof *wheel); /* every bucket empty */
     wheel->tick_ns = tick_ns;
     wheel->bits0 = log2_u32(ticks_per_wheel);
     wheel->mask0 = (uint64_t)ticks_per_wheel - 1;
@@ -120,10 +136,10 @@ int hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t 
         wheel->occ0[i] = hwt__calloc(HWT_SITE_WHEEL, wheel->occ0_words, sizeof *wheel->occ0[i]);
         if (wheel->level0[i] == NULL || wheel->occ0[i] == NULL) {
             hwt__wheel_free(wheel);
-            return HWT_ENOMEM;
+            return false;
         }
     }
-    return 0;
+    return true;
 }
 
 void hwt__wheel_free(struct hwt__wheel *wheel)
@@ -166,8 +182,8 @@ static int64_t slot_start(const struct hwt__wheel *wheel, uint32_t level, uint64
     return tick > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)tick;
 }
 
-/* The lowest level at which a timeout due at `due` (>= cur) may be linked
- * by (I1): the first whose range is cur's or the next one. */
+/* The lowest level at which a node due at `due` (>= cur) may be linked by
+ * (I1): the first whose range is cur's or the next one. */
 static uint32_t lowest_level(const struct hwt__wheel *wheel, int64_t due)
 {
     uint32_t level = 0;
@@ -187,80 +203,119 @@ static void set_cur(struct hwt__wheel *wheel, int64_t tick)
     }
 }
 
-/* The tick a timeout is (to be) linked for: its due tick, or cur if past. */
-static int64_t effective_due(const struct hwt__wheel *wheel, const hwt_timeout *t)
+/* The tick a node is (to be) linked for: its due tick, or cur if past. */
+static int64_t effective_due(const struct hwt__wheel *wheel, const struct hwt__wheel_node *node)
 {
-    int64_t due = t->deadline / wheel->tick_ns;
+    /* An atomic read: the owner may move a deadline while the node is
+     * linked (see "Refiling"); the node is filed by whichever value this
+     * reads, and the owner refiles it if that was not the last. */
+    int64_t due = __atomic_load_n(&node->deadline, __ATOMIC_RELAXED) / wheel->tick_ns;
     return due < wheel->cur ? wheel->cur : due;
 }
 
 struct slot_ref {
-    struct hwt__bucket *bucket;
+    struct hwt__wheel_link *bucket;
     uint64_t *occ_word;
     uint64_t occ_bit;
     size_t *count; /* upper levels only */
 };
 
+static struct slot_ref level0_ref(struct hwt__wheel *wheel, int parity, uint64_t idx)
+{
+    return (struct slot_ref){&wheel->level0[parity][idx], &wheel->occ0[parity][idx / 64],
+                             UINT64_C(1) << (idx % 64), NULL};
+}
+
+static struct slot_ref upper_ref(struct hwt__wheel *wheel, uint32_t level, int parity, uint32_t d)
+{
+    return (struct slot_ref){&wheel->upper[level - 1][parity][d],
+                             &wheel->occ_upper[level - 1][parity], UINT64_C(1) << d,
+                             &wheel->upper_count[level - 1][parity][d]};
+}
+
 /* The bucket holding tick `due` at `level`, in the array of due's range. */
 static struct slot_ref slot_at(struct hwt__wheel *wheel, uint32_t level, int64_t due)
 {
-    struct slot_ref ref;
     int parity = (int)(range_of(wheel, due, level) & 1);
-    if (level == 0) {
-        uint64_t idx = (uint64_t)due & wheel->mask0;
-        ref.bucket = &wheel->level0[parity][idx];
-        ref.occ_word = &wheel->occ0[parity][idx / 64];
-        ref.occ_bit = UINT64_C(1) << (idx % 64);
-        ref.count = NULL;
-    } else {
-        uint32_t d = digit(wheel, due, level);
-        ref.bucket = &wheel->upper[level - 1][parity][d];
-        ref.occ_word = &wheel->occ_upper[level - 1][parity];
-        ref.occ_bit = UINT64_C(1) << d;
-        ref.count = &wheel->upper_count[level - 1][parity][d];
-    }
-    return ref;
+    if (level == 0)
+        return level0_ref(wheel, parity, (uint64_t)due & wheel->mask0);
+    return upper_ref(wheel, level, parity, digit(wheel, due, level));
 }
 
-/* Where a linked timeout is. */
-static struct slot_ref slot_of(struct hwt__wheel *wheel, const hwt_timeout *t)
+/* Where a link is if it is one of the wheel's buckets (*level: its level),
+ * or a NULL bucket. The arrays' addresses tell: a node records no bucket. */
+static struct slot_ref bucket_ref(const struct hwt__wheel *wheel,
+                                  const struct hwt__wheel_link *link, uint32_t *level)
 {
-    return slot_at(wheel, t->wlevel, effective_due(wheel, t));
+    struct hwt__wheel *w = (struct hwt__wheel *)wheel;
+    uintptr_t a = (uintptr_t)link;
+    uintptr_t upper = (uintptr_t)&w->upper[0][0][0];
+    if (a - upper < sizeof w->upper) {
+        size_t i = (size_t)(a - upper) / sizeof(struct hwt__wheel_link);
+        *level = (uint32_t)(i / (2 * HWT_LEVEL_SLOTS)) + 1;
+        return upper_ref(w, *level, (int)(i / HWT_LEVEL_SLOTS % 2),
+                         (uint32_t)(i % HWT_LEVEL_SLOTS));
+    }
+    *level = 0;
+    for (int p = 0; p < 2; p++) {
+        uintptr_t base = (uintptr_t)w->level0[p];
+        if (a - base <= wheel->mask0 * sizeof(struct hwt__wheel_link))
+            return level0_ref(w, p, (a - base) / sizeof(struct hwt__wheel_link));
+    }
+    return (struct slot_ref){NULL, NULL, 0, NULL};
 }
 
 /* ------------------------------------------------------------ lists */
 
-static hwt_timeout *timeout_at(const struct hwt__wheel *wheel, uint32_t id)
+static struct hwt__wheel_node *node_of(struct hwt__wheel_link *link)
 {
-    return hwt__ids_timeout(wheel->ids, id);
+    return (struct hwt__wheel_node *)link; /* the link is the node's first member */
 }
 
-static void bucket_append(struct hwt__wheel *wheel, struct hwt__bucket *b, hwt_timeout *t)
+static bool occupied(struct slot_ref ref)
 {
-    uint32_t id = hwt__ids_of(t);
-    t->link.next = HWT_ID_NONE;
-    t->link.prev = b->tail;
-    if (b->tail != HWT_ID_NONE)
-        timeout_at(wheel, b->tail)->link.next = id;
-    else
-        b->head = id;
-    b->tail = id;
+    return (*ref.occ_word & ref.occ_bit) != 0;
 }
 
-/* Detaches and returns a bucket's whole list (ending with HWT_ID_NONE). */
-static uint32_t bucket_take(struct hwt__bucket *b)
+static void bucket_append(struct slot_ref ref, struct hwt__wheel_node *node)
 {
-    uint32_t list = b->head;
-    b->head = b->tail = HWT_ID_NONE;
-    return list;
+    struct hwt__wheel_link *b = ref.bucket;
+    if (!occupied(ref)) {
+        *ref.occ_word |= ref.occ_bit;
+        b->next = b->prev = b;
+    }
+    node->link.next = b;
+    node->link.prev = b->prev;
+    b->prev->next = &node->link;
+    b->prev = &node->link;
+    if (ref.count != NULL)
+        (*ref.count)++;
 }
 
-/* Links t (not linked) at a level <= max_level: the lowest allowed, or the
- * highest non-empty slot holding its tick above that - (I2): older timeouts
- * due at the same tick may wait there, the newcomer must queue behind. */
-static void place_below(struct hwt__wheel *wheel, hwt_timeout *t, uint32_t max_level)
+/* Marks a bucket empty (its nodes are gone or being taken). */
+static void bucket_reset(struct slot_ref ref)
 {
-    int64_t due = effective_due(wheel, t);
+    ref.bucket->next = ref.bucket->prev = NULL;
+    *ref.occ_word &= ~ref.occ_bit;
+    if (ref.count != NULL)
+        *ref.count = 0;
+}
+
+/* Detaches a non-empty bucket's whole list: returns its first node's link;
+ * the last one's next is still the bucket's address, which ends the walk. */
+static struct hwt__wheel_link *bucket_take(struct slot_ref ref)
+{
+    struct hwt__wheel_link *first = ref.bucket->next;
+    bucket_reset(ref);
+    return first;
+}
+
+/* Links a node (not linked) at a level <= max_level: the lowest allowed, or
+ * the highest non-empty slot holding its tick above that - (I2): older
+ * nodes due at the same tick may wait there, the newcomer must queue behind. */
+static void place_below(struct hwt__wheel *wheel, struct hwt__wheel_node *node, uint32_t max_level)
+{
+    int64_t due = effective_due(wheel, node);
     uint32_t level = lowest_level(wheel, due);
     /* Only levels that hold anything (most are empty): bits level .. max_level-1. */
     uint32_t above =
@@ -280,79 +335,63 @@ static void place_below(struct hwt__wheel *wheel, hwt_timeout *t, uint32_t max_l
     }
     if (level > 0)
         wheel->upper_used |= UINT32_C(1) << (level - 1);
-    struct slot_ref ref = slot_at(wheel, level, due);
-    bucket_append(wheel, ref.bucket, t);
-    *ref.occ_word |= ref.occ_bit;
-    if (ref.count != NULL)
-        (*ref.count)++;
-    t->wflags |= HWT_W_LINKED;
-    t->wlevel = (uint8_t)level;
+    bucket_append(slot_at(wheel, level, due), node);
     wheel->count++;
 }
 
-void hwt__wheel_place(struct hwt__wheel *wheel, hwt_timeout *t)
+void hwt__wheel_place(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 {
-    place_below(wheel, t, wheel->upper_levels);
+    place_below(wheel, node, wheel->upper_levels);
 }
 
-void hwt__wheel_unlink(struct hwt__wheel *wheel, hwt_timeout *t)
+void hwt__wheel_unlink(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 {
-    struct slot_ref ref = slot_of(wheel, t);
-    struct hwt__link *node = &t->link;
-    if (node->prev != HWT_ID_NONE)
-        timeout_at(wheel, node->prev)->link.next = node->next;
-    else
-        ref.bucket->head = node->next;
-    if (node->next != HWT_ID_NONE)
-        timeout_at(wheel, node->next)->link.prev = node->prev;
-    else
-        ref.bucket->tail = node->prev;
-    if (ref.bucket->head == HWT_ID_NONE)
-        *ref.occ_word &= ~ref.occ_bit;
-    if (ref.count != NULL)
-        (*ref.count)--;
-    node->next = node->prev = HWT_ID_NONE;
-    t->wflags &= (uint8_t)~HWT_W_LINKED;
-    wheel->count--;
-}
-
-/* Unlinks the first timeout of a non-empty upper slot (neighbours kept). */
-static hwt_timeout *slot_pop(struct hwt__wheel *wheel, struct slot_ref ref)
-{
-    hwt_timeout *t = timeout_at(wheel, ref.bucket->head);
-    ref.bucket->head = t->link.next;
-    if (t->link.next != HWT_ID_NONE)
-        timeout_at(wheel, t->link.next)->link.prev = HWT_ID_NONE;
-    else {
-        ref.bucket->tail = HWT_ID_NONE;
-        *ref.occ_word &= ~ref.occ_bit;
+    struct hwt__wheel_link *prev = node->link.prev, *next = node->link.next;
+    if (prev == next) { /* alone: both are its bucket */
+        uint32_t level;
+        bucket_reset(bucket_ref(wheel, prev, &level));
+    } else {
+        prev->next = next;
+        next->prev = prev;
     }
-    (*ref.count)--;
+    node->link.next = node->link.prev = NULL;
     wheel->count--;
-    t->wflags &= (uint8_t)~HWT_W_LINKED;
-    return t;
+}
+
+/* Unlinks the first node of a non-empty upper slot. */
+static struct hwt__wheel_node *slot_pop(struct hwt__wheel *wheel, struct slot_ref ref)
+{
+    struct hwt__wheel_link *b = ref.bucket, *first = b->next;
+    if (first->next == b) {
+        bucket_reset(ref);
+    } else {
+        b->next = first->next;
+        first->next->prev = b;
+        (*ref.count)--;
+    }
+    wheel->count--;
+    first->next = first->prev = NULL;
+    return node_of(first);
 }
 
 /* ------------------------------------------------------------ moving cur */
 
-/* Links again, lower down, every timeout of the level-k slot holding `tick`. */
+/* Links again, lower down, every node of the level-k slot holding `tick`. */
 static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
 {
     struct slot_ref ref = slot_at(wheel, level, tick);
-    uint32_t id = bucket_take(ref.bucket);
-    *ref.occ_word &= ~ref.occ_bit;
-    wheel->count -= *ref.count;
-    *ref.count = 0;
-    while (id != HWT_ID_NONE) {
-        hwt_timeout *t = timeout_at(wheel, id);
-        id = t->link.next;
-        t->wflags &= (uint8_t)~HWT_W_LINKED;
-        place_below(wheel, t, level - 1);
+    struct hwt__wheel_link *end = ref.bucket;
+    struct hwt__wheel_link *link = bucket_take(ref);
+    while (link != end) { /* nothing is placed back into this slot: below it */
+        struct hwt__wheel_link *next = link->next;
+        wheel->count--;
+        place_below(wheel, node_of(link), level - 1);
+        link = next;
     }
 }
 
 /* Makes `tick` the current tick, cascading the slots that start there (I1):
- * top-down, as a slot may send timeouts into the lower ones starting there. */
+ * top-down, as a slot may send nodes into the lower ones starting there. */
 static void enter_tick(struct hwt__wheel *wheel, int64_t tick)
 {
     set_cur(wheel, tick);
@@ -360,8 +399,7 @@ static void enter_tick(struct hwt__wheel *wheel, int64_t tick)
         uint64_t below = ((uint64_t)1 << level_shift(wheel, level)) - 1;
         if (((uint64_t)tick & below) != 0)
             continue;
-        struct slot_ref ref = slot_at(wheel, level, tick);
-        if (*ref.occ_word & ref.occ_bit)
+        if (occupied(slot_at(wheel, level, tick)))
             cascade_slot(wheel, level, tick);
     }
 }
@@ -437,7 +475,7 @@ int64_t hwt__wheel_next_event(const struct hwt__wheel *wheel)
         int64_t first = first_upper(wheel, level);
         if (first == INT64_MAX)
             continue;
-        /* The worker runs a pass at the end of the tick returned: cur +
+        /* The owner runs a pass at the end of the tick returned: cur +
          * pace - 1 makes one pass per pace ticks. */
         int64_t open = first - precascade_window(wheel, level);
         int64_t tick = open > wheel->cur                      ? open
@@ -460,12 +498,12 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
     if (first == INT64_MAX || first - wheel->cur > precascade_window(wheel, level))
         return 0;
     struct slot_ref ref = slot_at(wheel, level, first);
-    if (!(*ref.occ_word & ref.occ_bit))
+    if (!occupied(ref))
         return 0;
     /* Spread what is left evenly over the ticks left: this pass takes the
      * share of the ticks since the last pass (or the window's start), so
-     * frequent passes (a busy worker) move little each, and the pass at the
-     * slot's last tick, all. */
+     * frequent passes (a busy owner) move little each, and the pass at the
+     * slot's last tick, all (the count is at least what is left). */
     int64_t open = first - precascade_window(wheel, level);
     int64_t from = wheel->precascade_done + 1 > open ? wheel->precascade_done + 1 : open;
     size_t n = 0;
@@ -476,7 +514,7 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
     if (n < budget)
         n = budget;
     size_t moved = 0;
-    while (moved < n && (*ref.occ_word & ref.occ_bit)) {
+    while (moved < n && occupied(ref)) {
         place_below(wheel, slot_pop(wheel, ref), level - 1);
         moved++;
     }
@@ -493,103 +531,111 @@ size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget)
     return moved;
 }
 
-/* Unlinks every timeout of bucket b (its occupancy bit is the caller's) and
- * hands each to fn, in link order. */
-static void drain_bucket(struct hwt__wheel *wheel, struct hwt__bucket *b,
-                         void (*fn)(void *ctx, hwt_timeout *timeout), void *ctx)
+/* Hands every node of the level-0 bucket of cur to `due`, in link order;
+ * refiled ones are placed again (those due now join the bucket afresh,
+ * behind, and are handed back by the caller's next round). */
+static void expire_bucket(struct hwt__wheel *wheel, struct slot_ref ref, hwt__wheel_due_fn due,
+                          void *ctx)
 {
-    uint32_t id = bucket_take(b);
-    if (fn == NULL) /* hwt__wheel_clear: each was forgotten already */
-        return;
-    while (id != HWT_ID_NONE) {
-        hwt_timeout *t = timeout_at(wheel, id);
-        id = t->link.next;
-        t->link.next = t->link.prev = HWT_ID_NONE;
-        t->wflags &= (uint8_t)~HWT_W_LINKED;
+    struct hwt__wheel_link *end = ref.bucket;
+    struct hwt__wheel_link *link = bucket_take(ref);
+    while (link != end) {
+        struct hwt__wheel_link *next = link->next;
+        struct hwt__wheel_node *node = node_of(link);
+        link->next = link->prev = NULL;
         wheel->count--;
-        fn(ctx, t);
+        if (due(ctx, node) == HWT_WHEEL_REFILE)
+            hwt__wheel_place(wheel, node);
+        link = next;
     }
 }
 
-void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last,
-                        void (*expire)(void *ctx, hwt_timeout *timeout), void *ctx)
+void hwt__wheel_advance(struct hwt__wheel *wheel, int64_t last, hwt__wheel_due_fn due, void *ctx)
 {
     while (wheel->cur <= last) {
         int64_t event = next_work(wheel);
         if (event > last) {
-            /* Nothing due up to `last`: skip there; no tick with timeouts
-             * and no slot start with timeouts lies in between, so (I1)
-             * still holds. */
+            /* Nothing due up to `last`: skip there; no tick with nodes and
+             * no slot start with nodes lies in between, so (I1) still
+             * holds. */
             enter_tick(wheel, last + 1);
             return;
         }
         if (event != wheel->cur)
             enter_tick(wheel, event);
         struct slot_ref ref = slot_at(wheel, 0, event);
-        *ref.occ_word &= ~ref.occ_bit;
-        drain_bucket(wheel, ref.bucket, expire, ctx);
+        while (occupied(ref))
+            expire_bucket(wheel, ref, due, ctx);
         enter_tick(wheel, event + 1);
     }
 }
 
-void hwt__wheel_drain(struct hwt__wheel *wheel, void (*fn)(void *ctx, hwt_timeout *timeout),
-                      void *ctx)
+/* Empties every bucket; hands each node to fn (if any) first, in link
+ * order. */
+static void drain_all(struct hwt__wheel *wheel, hwt__wheel_drain_fn fn, void *ctx)
 {
-    for (int p = 0; p < 2; p++) {
-        for (size_t w = 0; w < wheel->occ0_words; w++) {
-            while (wheel->occ0[p][w] != 0) {
-                size_t bit = (size_t)__builtin_ctzll(wheel->occ0[p][w]);
-                wheel->occ0[p][w] &= wheel->occ0[p][w] - 1;
-                drain_bucket(wheel, &wheel->level0[p][w * 64 + bit], fn, ctx);
+    for (uint32_t level = 0; level <= wheel->upper_levels; level++) {
+        for (int p = 0; p < 2; p++) {
+            size_t words = level == 0 ? wheel->occ0_words : 1;
+            for (size_t w = 0; w < words; w++) {
+                uint64_t *occ = level == 0 ? &wheel->occ0[p][w] : &wheel->occ_upper[level - 1][p];
+                while (*occ != 0) {
+                    uint32_t bit = (uint32_t)__builtin_ctzll(*occ);
+                    struct slot_ref ref = level == 0 ? level0_ref(wheel, p, w * 64 + bit)
+                                                     : upper_ref(wheel, level, p, bit);
+                    struct hwt__wheel_link *end = ref.bucket;
+                    struct hwt__wheel_link *link = bucket_take(ref);
+                    while (fn != NULL && link != end) {
+                        struct hwt__wheel_link *next = link->next;
+                        link->next = link->prev = NULL;
+                        wheel->count--;
+                        fn(ctx, node_of(link));
+                        link = next;
+                    }
+                }
             }
         }
     }
     wheel->upper_used = 0;
-    for (uint32_t level = 1; level <= wheel->upper_levels; level++) {
-        for (int p = 0; p < 2; p++) {
-            uint64_t *occ = &wheel->occ_upper[level - 1][p];
-            while (*occ != 0) {
-                size_t slot = (size_t)__builtin_ctzll(*occ);
-                *occ &= *occ - 1;
-                wheel->upper_count[level - 1][p][slot] = 0;
-                drain_bucket(wheel, &wheel->upper[level - 1][p][slot], fn, ctx);
-            }
-        }
-    }
 }
 
-void hwt__wheel_forget(struct hwt__wheel *wheel, hwt_timeout *t)
+void hwt__wheel_drain(struct hwt__wheel *wheel, hwt__wheel_drain_fn fn, void *ctx)
 {
-    t->link.next = t->link.prev = HWT_ID_NONE;
-    t->wflags &= (uint8_t)~HWT_W_LINKED;
+    drain_all(wheel, fn, ctx);
+}
+
+void hwt__wheel_forget(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
+{
+    node->link.next = node->link.prev = NULL;
     wheel->count--;
 }
 
 void hwt__wheel_clear(struct hwt__wheel *wheel)
 {
-    hwt__wheel_drain(wheel, NULL, NULL);
+    drain_all(wheel, NULL, NULL); /* each node was forgotten already */
 }
 
 /* ------------------------------------------------------------ checker */
 
-/* Each timeout of bucket b (level `level`, array `parity`) must be linked
- * where slot_of() says, flagged for that level, and placed as (I1) says. */
-static bool check_bucket(const struct hwt__wheel *wheel, const struct hwt__bucket *b, bool occupied,
-                         uint32_t level, size_t *seen, size_t *len)
+/* Each node of bucket b (level `level`) must be linked to its neighbours
+ * both ways, in the bucket where its due tick and level put it, and placed
+ * as (I1) says; an empty bucket is {NULL, NULL}. *len: its nodes. */
+static bool check_bucket(const struct hwt__wheel *wheel, struct slot_ref ref, uint32_t level,
+                         size_t *seen, size_t *len)
 {
-    if ((b->head != HWT_ID_NONE) != occupied)
+    const struct hwt__wheel_link *b = ref.bucket;
+    *len = 0;
+    if (!occupied(ref))
+        return b->next == NULL && b->prev == NULL && (ref.count == NULL || *ref.count == 0);
+    if (b->next == NULL || b->next == b)
         return false;
     uint64_t cur_range = range_of(wheel, wheel->cur, level);
-    uint32_t prev = HWT_ID_NONE;
-    *len = 0;
-    for (uint32_t id = b->head; id != HWT_ID_NONE;
-         prev = id, id = timeout_at(wheel, id)->link.next) {
-        const hwt_timeout *t = timeout_at(wheel, id);
-        int64_t due = effective_due(wheel, t);
-        if (hwt__ids_of(t) != id || t->link.prev != prev || !(t->wflags & HWT_W_LINKED) ||
-            t->wlevel != level)
+    const struct hwt__wheel_link *prev = b;
+    for (const struct hwt__wheel_link *l = b->next; l != b; prev = l, l = l->next) {
+        if (l == NULL || l->prev != prev || *seen >= wheel->count) /* a cycle counts too many */
             return false;
-        if (slot_of((struct hwt__wheel *)wheel, t).bucket != b)
+        int64_t due = effective_due(wheel, (const struct hwt__wheel_node *)l);
+        if (slot_at((struct hwt__wheel *)wheel, level, due).bucket != b)
             return false;
         uint64_t ahead = range_of(wheel, due, level) - cur_range;
         if (ahead > 1)
@@ -599,28 +645,24 @@ static bool check_bucket(const struct hwt__wheel *wheel, const struct hwt__bucke
         (*seen)++;
         (*len)++;
     }
-    return b->tail == prev;
+    return b->prev == prev && (ref.count == NULL || *ref.count >= *len);
 }
 
 bool hwt__wheel_check(const struct hwt__wheel *wheel)
 {
+    struct hwt__wheel *w = (struct hwt__wheel *)wheel;
     size_t seen = 0, len;
-    for (int p = 0; p < 2; p++) {
-        for (size_t i = 0; i <= wheel->mask0; i++) {
-            bool occ = (wheel->occ0[p][i / 64] >> (i % 64)) & 1;
-            if (!check_bucket(wheel, &wheel->level0[p][i], occ, 0, &seen, &len))
+    for (int p = 0; p < 2; p++)
+        for (uint64_t i = 0; i <= wheel->mask0; i++)
+            if (!check_bucket(wheel, level0_ref(w, p, i), 0, &seen, &len))
                 return false;
-        }
-    }
     for (uint32_t level = 1; level <= wheel->upper_levels; level++) {
         for (int p = 0; p < 2; p++) {
             for (uint32_t s = 0; s < HWT_LEVEL_SLOTS; s++) {
-                bool occ = (wheel->occ_upper[level - 1][p] >> s) & 1;
-                if (!check_bucket(wheel, &wheel->upper[level - 1][p][s], occ, level, &seen, &len))
+                struct slot_ref ref = upper_ref(w, level, p, s);
+                if (!check_bucket(wheel, ref, level, &seen, &len))
                     return false;
-                if (len != wheel->upper_count[level - 1][p][s])
-                    return false;
-                if (occ && !(wheel->upper_used & (UINT32_C(1) << (level - 1))))
+                if (len > 0 && !(wheel->upper_used & (UINT32_C(1) << (level - 1))))
                     return false;
             }
         }
@@ -629,4 +671,15 @@ bool hwt__wheel_check(const struct hwt__wheel *wheel)
         if ((wheel->occ_upper[level - 1][0] | wheel->occ_upper[level - 1][1]) != 0)
             return false;
     return seen == wheel->count;
+}
+
+int hwt__wheel_level_of(const struct hwt__wheel *wheel, const struct hwt__wheel_node *node)
+{
+    if (!hwt__wheel_linked(node))
+        return -1;
+    uint32_t level;
+    const struct hwt__wheel_link *l = node->link.next;
+    while (bucket_ref(wheel, l, &level).bucket == NULL)
+        l = l->next;
+    return (int)level;
 }

@@ -48,10 +48,36 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_RELEASED;
     uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
-    if (!hwt__cancel_was_pushed(state) || (t->wflags & HWT_W_CANCEL_DONE))
+    if (!hwt__cancel_notice_owed(state) || (t->wflags & HWT_W_CANCEL_DONE))
         hwt__timeout_unref(t);
     else
         timer->awaiting_cancel++; /* process_cancels drops it */
+}
+
+/* The worker hears of a user's cancel (from its canceller's push, or from
+ * the moved stack it was on): unlinks it, calls its cancelled callback, and
+ * drops the in-flight reference unless the queue still holds it. */
+static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
+{
+    t->wflags |= HWT_W_CANCEL_DONE;
+    if (hwt__wheel_linked(&t->node)) {
+        hwt__wheel_unlink(&timer->wheel, &t->node);
+        t->wflags |= HWT_W_RELEASED;
+        hwt__run_cancelled_callback(t);
+        hwt__timeout_unref(t);
+    } else if (t->wflags & HWT_W_DEFERRED) { /* out of the wheel, for a reschedule */
+        t->wflags = (uint8_t)((t->wflags & ~HWT_W_DEFERRED) | HWT_W_RELEASED);
+        hwt__run_cancelled_callback(t);
+        hwt__timeout_unref(t);
+    } else if (t->wflags & HWT_W_RELEASED) {
+        timer->awaiting_cancel--;
+        hwt__run_cancelled_callback(t);
+        hwt__timeout_unref(t);
+    } else {
+        /* Still queued (it has a cancelled callback, or a reschedule queued
+         * it on a moved stack): transfer will drop it. */
+        hwt__run_cancelled_callback(t);
+    }
 }
 
 /* Unlinks cancelled timeouts and calls their cancelled callbacks, in the
@@ -67,32 +93,97 @@ static size_t process_cancels(hwt_timer *timer)
         while (e != NULL) {
             n++;
             ck_stack_entry_t *next = e->next;
-            hwt_timeout *t = hwt__timeout_of_stack(e);
-            t->wflags |= HWT_W_CANCEL_DONE;
-            if (t->wflags & HWT_W_LINKED) {
-                hwt__wheel_unlink(&timer->wheel, t);
-                t->wflags |= HWT_W_RELEASED;
-                hwt__run_cancelled_callback(t);
-                hwt__timeout_unref(t);
-            } else if (t->wflags & HWT_W_RELEASED) {
-                timer->awaiting_cancel--;
-                hwt__run_cancelled_callback(t);
-                hwt__timeout_unref(t);
-            } else {
-                /* Still queued (it has a cancelled callback: see
-                 * hwt__cancel_was_pushed): transfer will drop it. */
-                hwt__run_cancelled_callback(t);
-            }
+            cancel_noticed(timer, hwt__timeout_of_stack(e));
             e = next;
         }
     }
     return n;
 }
 
+/* ---------------------------------------------------------- reschedules */
+
+/* Takes a timeout out of the wheel's way while a reschedule holds it (BUSY:
+ * its deadline is being written): it waits on the worker's moved stack, with
+ * a reference, and is filed again at the next pass. Unless it is on a moved
+ * stack already (MOVED), whose entry will do the same. */
+static void defer_moved(hwt_timer *timer, hwt_timeout *t)
+{
+    if (hwt__wheel_linked(&t->node))
+        hwt__wheel_unlink(&timer->wheel, &t->node);
+    t->wflags |= HWT_W_DEFERRED;
+    if (atomic_fetch_or(&t->state, HWT_TO_MOVED) & HWT_TO_MOVED)
+        return;
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    hwt__stack_push(&hwt__my_stripe(timer)->moved, &t->stack_link);
+}
+
+/* Files again, by its deadline as it is now, each timeout that a reschedule
+ * moved earlier (its old slot may be later) or that was deferred; learns of
+ * the cancels that found one on a moved stack. Each entry holds a reference.
+ * In the final drain (`stopping`) what is out of the wheel is taken for the
+ * stop instead. Returns how many of them were still queued (not yet moved
+ * into the wheel): the transfer must move those now. */
+static void take_for_stop(void *ctx, hwt_timeout *t);
+
+static size_t process_moved(hwt_timer *timer, bool stopping)
+{
+    size_t still_queued = 0;
+    for (unsigned i = 0; i < HWT_STRIPES; i++) {
+        ck_stack_t *moved = &timer->stripes[i].moved;
+        if (hwt__stack_is_empty(moved))
+            continue;
+        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(moved));
+        while (e != NULL) {
+            ck_stack_entry_t *next = e->next;
+            hwt_timeout *t = hwt__timeout_of_stack(e);
+            uint32_t s = atomic_fetch_and(&t->state, ~(uint32_t)HWT_TO_MOVED);
+            bool deferred = (t->wflags & HWT_W_DEFERRED) != 0;
+            if ((s & HWT_TO_LIFE) == HWT_TO_INIT) {
+                if (!(s & HWT_TO_TRANSFERRED)) {
+                    still_queued++;
+                } else if (stopping) {
+                    if (deferred) {
+                        t->wflags &= (uint8_t)~HWT_W_DEFERRED;
+                        take_for_stop(timer, t);
+                    }
+                } else if (s & HWT_TO_BUSY) {
+                    defer_moved(timer, t); /* its own reference */
+                } else {
+                    if (hwt__wheel_linked(&t->node))
+                        hwt__wheel_unlink(&timer->wheel, &t->node);
+                    t->wflags &= (uint8_t)~HWT_W_DEFERRED;
+                    hwt__wheel_place(&timer->wheel, &t->node);
+                }
+            } else if (t->wflags & HWT_W_STOPPED) {
+                timer->awaiting_moved--; /* the stop has it: only the reference */
+            } else if ((s & HWT_TO_LIFE) == HWT_TO_CANCELLED &&
+                       !(t->wflags & HWT_W_CANCEL_DONE)) {
+                cancel_noticed(timer, t); /* its canceller saw MOVED and left it to us */
+            }
+            hwt__timeout_unref(t);
+            e = next;
+        }
+    }
+    return still_queued;
+}
+
 static bool cancels_waiting(hwt_timer *timer)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         if (!hwt__stack_is_empty(&timer->stripes[i].cancels))
+            return true;
+    return false;
+}
+
+/* Whether a reschedule queued a timeout since process_moved took the moved
+ * stacks. After the plan is published (wake_before): a rescheduler pushes,
+ * then reads wake_before (timeout.c), so either it wakes us or we see its
+ * push here. */
+static bool moved_waiting(hwt_timer *timer)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        if (!hwt__stack_is_empty(&timer->stripes[i].moved))
             return true;
     return false;
 }
@@ -177,19 +268,19 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
         if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
             let_go_cancelled(timer, t); /* cancelled for good: order does not matter */
             ++*dropped;
-        } else if (t->deadline < soon_before) {
+        } else if (t->node.deadline < soon_before) {
             if (soon_last == NULL)
                 soon_last = newest_first;
             newest_first->next = soon;
             soon = newest_first;
             soon_count++;
-            if (t->deadline < soon_min)
-                soon_min = t->deadline;
+            if (t->node.deadline < soon_min)
+                soon_min = t->node.deadline;
         } else {
             newest_first->next = later;
             later = newest_first;
-            if (t->deadline < later_min)
-                later_min = t->deadline;
+            if (t->node.deadline < later_min)
+                later_min = t->node.deadline;
         }
         newest_first = next;
     }
@@ -230,7 +321,7 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
     return hwt__timeout_of_queue_link(e);
 }
 
-static void expire(void *ctx, hwt_timeout *t);
+static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before);
 
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
  * the stripes in turn (each in its own order; took[i]: stripe i's stack was
@@ -261,10 +352,8 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
                 uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
                 if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
                     atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
-                    if (t->deadline < overdue_before)
-                        expire(timer, t);
-                    else
-                        hwt__wheel_place(&timer->wheel, t);
+                    if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
+                        hwt__wheel_place(&timer->wheel, &t->node);
                 } else {
                     let_go_cancelled(timer, t);
                     ++*cancelled;
@@ -280,15 +369,32 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
 
 /* ---------------------------------------------------------- expiry */
 
-/* Called by the wheel for each due timeout, already unlinked. */
-static void expire(void *ctx, hwt_timeout *t)
+/* Ends a timeout found due (out of the wheel, or never in it) if its
+ * deadline is before `due_before` (ns): runs it, or lets go of it if a
+ * cancel won. A deadline a reschedule moved later: false, to be filed again.
+ * A reschedule in progress (BUSY): deferred (see defer_moved). The CAS is
+ * from the state read before the deadline: a reschedule in between bumps
+ * the generation and makes it fail (timeout.c, "reschedule"). */
+static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
 {
-    hwt_timer *timer = ctx;
-    uint32_t state;
     uint32_t target = HWT_TO_EXPIRED | (timer->executor != NULL ? HWT_TO_EXEC_ARMED : 0);
-    if (!hwt__timeout_leave_init(t, target, &state)) {
-        let_go_cancelled(timer, t);
-        return;
+    uint32_t state = atomic_load(&t->state);
+    for (;;) {
+        if ((state & HWT_TO_LIFE) != HWT_TO_INIT) {
+            let_go_cancelled(timer, t);
+            return true;
+        }
+        if (state & HWT_TO_BUSY) {
+            defer_moved(timer, t);
+            return true;
+        }
+        if (hwt__deadline_of(t) >= due_before)
+            return false;
+        uint32_t next = (state & (HWT_TO_PAIR | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | target;
+        if (atomic_compare_exchange_weak(&t->state, &state, next)) {
+            state = next;
+            break;
+        }
     }
     t->wflags |= HWT_W_RELEASED;
     /* Count down before the task runs: it sees the count without itself. */
@@ -296,11 +402,22 @@ static void expire(void *ctx, hwt_timeout *t)
     bump(&timer->expired, 1); /* release: see hwt_timer_stats */
     if (timer->executor != NULL) {
         timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
-        return;
+        return true;
     }
     hwt__record_lateness(timer, t);
     hwt__task_run(t, state)(t, t->arg);
     hwt__timeout_unref(t);
+    return true;
+}
+
+/* The wheel's callback for each timeout of the tick it processes (cur),
+ * already unlinked: one whose deadline moved later goes back in. */
+static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *node)
+{
+    hwt_timer *timer = ctx;
+    int64_t due_before = hwt__sat_mul(timer->wheel.cur + 1, timer->tick_ns);
+    return expire(timer, hwt__timeout_of_node(node), due_before) ? HWT_WHEEL_TAKEN
+                                                                   : HWT_WHEEL_REFILE;
 }
 
 /* ---------------------------------------------------------- the loop */
@@ -359,7 +476,7 @@ static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *c
             return moved;
         int64_t ended = last_before_queued(timer, hwt__rel_now(timer) / timer->tick_ns - 1, true);
         if (ended >= wheel->cur) {
-            hwt__wheel_advance(wheel, ended, expire, timer);
+            hwt__wheel_advance(wheel, ended, expire_node, timer);
             run_overdue = true;
         }
     }
@@ -380,6 +497,7 @@ static void run_loop(hwt_timer *timer)
         if (cancels_wait >= 0 && cancels_wait <= last_elapsed)
             cancels_wait = -1;
         size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
+        process_moved(timer, false); /* never deferred: they may be due soon */
         /* The elapsed ticks that no queued timeout is due before are
          * processed first: new timeouts due in the last of them would join
          * its bucket's tail, so running them right after the transfer keeps
@@ -388,7 +506,7 @@ static void run_loop(hwt_timer *timer)
         int64_t ahead = last_before_queued(timer, last_elapsed, false);
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
-            hwt__wheel_advance(wheel, ahead, expire, timer);
+            hwt__wheel_advance(wheel, ahead, expire_node, timer);
         uint32_t moved = transfer_in_slices(timer, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
@@ -398,7 +516,7 @@ static void run_loop(hwt_timer *timer)
         if (ended > last_elapsed)
             last_elapsed = ended;
         if (last_elapsed >= wheel->cur)
-            hwt__wheel_advance(wheel, last_elapsed, expire, timer);
+            hwt__wheel_advance(wheel, last_elapsed, expire_node, timer);
 
         /* Plan: the next tick with work (pre-cascade passes included), sooner
          * if the transfer budget ran out (more next tick), and within
@@ -440,7 +558,7 @@ static void run_loop(hwt_timer *timer)
          * count read signed: it is -1 for a moment when we moved a timeout
          * before its producer counted it queued.) */
         bool work_waiting =
-            (!soon && cancels_waiting(timer)) ||
+            moved_waiting(timer) || (!soon && cancels_waiting(timer)) ||
             (!more_queued && (earliest_queued(timer) < move_now_before(wheel, next) ||
                               (int64_t)hwt__queued_count(timer) >= HWT_BACKLOG_KICK));
         if (!work_waiting) {
@@ -464,8 +582,15 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
         let_go_cancelled(timer, t);
         return;
     }
-    t->wflags |= HWT_W_RELEASED;
+    t->wflags |= HWT_W_RELEASED | HWT_W_STOPPED;
+    if (state & HWT_TO_MOVED) /* its moved entry is yet to come by */
+        timer->awaiting_moved++;
     hwt__stopset_add(&timer->stopped_set, t);
+}
+
+static void take_node_for_stop(void *ctx, struct hwt__wheel_node *node)
+{
+    take_for_stop(ctx, hwt__timeout_of_node(node));
 }
 
 /* Waits until every schedule call that saw the timer running has queued its
@@ -481,13 +606,13 @@ static void wait_for_producers(hwt_timer *timer)
     }
 }
 
-/* For each timeout of the pool (a scan in memory order): takes those the
- * wheel holds. */
+/* For each timeout of the pool (a scan in memory order, free ones too: a
+ * free timeout's node is not linked): takes those the wheel holds. */
 static void take_if_in_wheel(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
-    if (t->wflags & HWT_W_LINKED) {
-        hwt__wheel_forget(&timer->wheel, t);
+    if (hwt__wheel_linked(&t->node)) {
+        hwt__wheel_forget(&timer->wheel, &t->node);
         take_for_stop(timer, t);
     }
 }
@@ -503,7 +628,7 @@ static void drain_wheel(hwt_timer *timer)
         hwt__pool_for_each(&timer->pool, take_if_in_wheel, timer);
         hwt__wheel_clear(&timer->wheel);
     } else {
-        hwt__wheel_drain(&timer->wheel, take_for_stop, timer);
+        hwt__wheel_drain(&timer->wheel, take_node_for_stop, timer);
     }
 }
 
@@ -513,6 +638,7 @@ static void drain_wheel(hwt_timer *timer)
 static void final_drain(hwt_timer *timer)
 {
     wait_for_producers(timer);
+    process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
     /* At most what the wheel and the queues hold. */
     hwt__stopset_reserve(&timer->stopped_set,
                          timer->wheel.count + (size_t)hwt__queued_count(timer));
@@ -525,9 +651,11 @@ static void final_drain(hwt_timer *timer)
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */
     process_cancels(timer);
-    while (timer->awaiting_cancel > 0) {
+    process_moved(timer, true);
+    while (timer->awaiting_cancel > 0 || timer->awaiting_moved > 0) {
         sched_yield();
         process_cancels(timer);
+        process_moved(timer, true);
     }
     size_t taken = hwt__stopset_size(&timer->stopped_set);
     hwt__pending_sub(timer, (int64_t)taken);

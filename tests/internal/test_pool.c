@@ -2,15 +2,14 @@
  * test_pool.c - the timeout pool (pool.c): never used timeouts are handed
  * out in memory order from fresh runs, recycled ones from magazines; a
  * thread that exits gives both back, and nothing is ever handed out twice.
- * Timeout ids (ids.h) name each timeout of every region, and a pool whose
- * ids are used up fails a schedule cleanly.
+ * Every timeout of every region lies whole inside a chunk that names its
+ * timer.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "helpers.h"
-#include "ids.h"
 #include "internal.h"
 
 static void noop(hwt_timeout *timeout, void *arg)
@@ -54,12 +53,6 @@ static void schedule_on_thread(struct sched_job *job)
     assert_int_equal(pthread_create(&th, NULL, schedule_n, job), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(job->failures, 0);
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -178,6 +171,58 @@ static void test_nothing_is_handed_out_twice(void **state)
     hwtt_destroy(timer);
 }
 
+/* The stop's fast drain scans every timeout of the pool, free ones too, and
+ * takes those whose wheel node is linked: timeouts that were in the wheel,
+ * then cancelled (unlinked by the worker) and freed, must not look linked -
+ * only the live ones are handed back and counted out of the wheel. */
+static void test_stop_scan_skips_free_timeouts(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timeout **h = calloc(2 * N, sizeof *h);
+    assert_non_null(h);
+    hwtt_rec rec = {0};
+    struct sched_job job = {timer, 2 * N, h, &rec, 0};
+    schedule_n(&job);
+    assert_int_equal(job.failures, 0);
+    /* All in the wheel first: a timeout due now wakes the worker, which
+     * moves everything queued before it. */
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 0, HWT_MILLISECONDS, NULL),
+                     0);
+    assert_true(
+        hwtt_wait_until(atomic_load(&rec.ran) == 1 && atomic_load(&timer->transferred) == 2 * N + 1,
+                        hwtt_slack_ms(2000)));
+    size_t live = 0;
+    for (size_t i = 0; i < 2 * N; i++) {
+        if (i % 2 == 0) {
+            assert_true(hwt_timeout_cancel(h[i]));
+            hwt_timeout_release(h[i]);
+        } else {
+            h[live++] = h[i];
+        }
+    }
+    /* Unlinked and their callbacks called: free once their handles are gone. */
+    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == N, hwtt_slack_ms(2000)));
+    /* The scan, not the walk of the buckets (worker.c, drain_wheel). */
+    assert_true(N > hwt__pool_capacity(&timer->pool) / 8);
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, live);
+    qsort(h, live, sizeof *h, cmp_ptr);
+    qsort(list, count, sizeof *list, cmp_ptr);
+    assert_memory_equal(h, list, count * sizeof *list);
+    assert_int_equal(atomic_load(&rec.cb), N); /* no cancelled callback again */
+    assert_int_equal(timer->wheel.count, 0);   /* the worker has ended: its wheel took just those */
+    hwt_timeouts_release(list, count);
+    for (size_t i = 0; i < live; i++)
+        hwt_timeout_release(h[i]);
+    free(h);
+    hwtt_destroy(timer);
+}
+
 /* 16 threads, alive together, each schedule one timeout: each maps one
  * chunk, not a region that doubles with every thread (16 threads would
  * then hold 16 KiB, 32 KiB, ... 2 MiB, 2 MiB...). */
@@ -224,17 +269,17 @@ static void test_threads_that_schedule_little_hold_little(void **state)
 }
 
 /* Regions of every size (16 KiB doubling to 2 MiB, then 2 MiB): each
- * timeout's id names it, no two share an id, and each chunk names its
- * timer. */
-static void test_ids_name_every_timeout(void **state)
+ * timeout lies whole inside its chunk, after the header, no two overlap, and
+ * each chunk names its timer. */
+static void test_chunks_hold_whole_timeouts(void **state)
 {
     (void)state;
     enum { N = 120000 }; /* regions of 16 KiB .. 2 MiB, and a second 2 MiB one */
     hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
     hwt_timeout **h = calloc(N, sizeof *h);
-    uint32_t *ids = calloc(N, sizeof *ids);
+    hwt_timeout **sorted = calloc(N, sizeof *sorted);
     assert_non_null(h);
-    assert_non_null(ids);
+    assert_non_null(sorted);
     /* 1000 at a time, each from a thread that then exits: the next thread
      * continues the fresh run it gave back, across chunk ends (whose
      * headers are written as the run reaches them), or maps a region. */
@@ -243,43 +288,21 @@ static void test_ids_name_every_timeout(void **state)
         struct sched_job job = {timer, 1000, &h[i], &rec, 0};
         schedule_on_thread(&job);
     }
-    assert_true(atomic_load(&timer->pool.ids.blocks) >= 9);
     for (size_t i = 0; i < N; i++) {
-        ids[i] = hwt__ids_of(h[i]);
-        assert_true(ids[i] != HWT_ID_NONE);
-        assert_ptr_equal(hwt__ids_timeout(&timer->pool.ids, ids[i]), h[i]);
+        uintptr_t offset = (uintptr_t)h[i] & (HWT_TIMEOUT_CHUNK_BYTES - 1);
+        assert_true(offset >= HWT_CHUNK_HEADER_BYTES);
+        assert_true(offset + sizeof(hwt_timeout) <= HWT_TIMEOUT_CHUNK_BYTES);
+        assert_int_equal((offset - HWT_CHUNK_HEADER_BYTES) % sizeof(hwt_timeout), 0);
         assert_ptr_equal(hwt__timer_of(h[i]), timer);
+        sorted[i] = h[i];
     }
-    qsort(ids, N, sizeof *ids, cmp_u32);
+    qsort(sorted, N, sizeof *sorted, cmp_ptr);
     for (size_t i = 1; i < N; i++)
-        assert_true(ids[i - 1] != ids[i]);
+        assert_true((uintptr_t)sorted[i - 1] + sizeof(hwt_timeout) <= (uintptr_t)sorted[i]);
     for (size_t i = 0; i < N; i++)
         hwt_timeout_release(h[i]);
-    free(ids);
+    free(sorted);
     free(h);
-    hwtt_destroy(timer);
-}
-
-/* With every block of ids taken, the pool cannot grow: HWT_ENOMEM, and
- * nothing changes (SPEC: an allocation failure loses nothing). */
-static void test_ids_used_up_is_enomem(void **state)
-{
-    (void)state;
-    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
-    assert_int_equal(hwt_timer_start(timer), 0);
-    atomic_store(&timer->pool.ids.blocks, HWT_ID_BLOCKS);
-    hwt_timeout *t = NULL;
-    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &t), HWT_ENOMEM);
-    assert_null(t);
-    assert_int_equal(hwt_pending_timeouts(timer), 0);
-    assert_int_equal(hwt__pool_capacity(&timer->pool), 0);
-    hwt_stats st;
-    hwt_timer_stats(timer, &st);
-    assert_int_equal(st.scheduled, 0);
-    atomic_store(&timer->pool.ids.blocks, 0);
-    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &t), 0);
-    assert_int_equal(hwt_pending_timeouts(timer), 1);
-    hwt_timeout_release(t);
     hwtt_destroy(timer);
 }
 
@@ -291,10 +314,10 @@ int main(void)
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_stop_scan_skips_free_timeouts, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_threads_that_schedule_little_hold_little,
                                   hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_ids_name_every_timeout, hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_ids_used_up_is_enomem, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_chunks_hold_whole_timeouts, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,54 +18,19 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ids.h"
-#include "internal.h"
 #include "wheel.h"
 
 #define N_TIMEOUTS 4000
 
-/* Timeouts in chunks named as a pool names them: the wheel links by id. */
-struct named_timeouts {
-    struct hwt__ids ids;
-    char *region;
-};
-
-static void named_timeouts_new(struct named_timeouts *nt, size_t n, hwt_timeout **out)
-{
-    size_t per_chunk = HWT_TIMEOUTS_PER_CHUNK;
-    size_t bytes = (n + per_chunk - 1) / per_chunk * HWT_TIMEOUT_CHUNK_BYTES;
-    assert_int_equal(posix_memalign((void **)&nt->region, HWT_TIMEOUT_CHUNK_BYTES, bytes), 0);
-    memset(nt->region, 0, bytes);
-    assert_int_equal(hwt__ids_init(&nt->ids), 0);
-    assert_true(hwt__ids_name_region(&nt->ids, nt->region));
-    for (size_t off = HWT_TIMEOUT_CHUNK_BYTES; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
-        const struct hwt__timeout_chunk *before =
-            (const struct hwt__timeout_chunk *)(nt->region + off - HWT_TIMEOUT_CHUNK_BYTES);
-        ((struct hwt__timeout_chunk *)(nt->region + off))->first_id =
-            hwt__ids_next_chunk(before->first_id);
-    }
-    for (size_t i = 0; i < n; i++) {
-        out[i] = (hwt_timeout *)(nt->region + i / per_chunk * HWT_TIMEOUT_CHUNK_BYTES +
-                                 HWT_CHUNK_HEADER_BYTES) +
-                 i % per_chunk;
-        assert_true(hwt__ids_timeout(&nt->ids, hwt__ids_of(out[i])) == out[i]);
-    }
-}
-
-static void named_timeouts_free(struct named_timeouts *nt)
-{
-    hwt__ids_free(&nt->ids);
-    free(nt->region);
-}
-
 struct model {
-    struct named_timeouts named;
-    hwt_timeout *t[N_TIMEOUTS];    /* t[i]->arg is i */
+    struct hwt__wheel_node t[N_TIMEOUTS];
     int64_t fire_tick[N_TIMEOUTS]; /* expected */
     int64_t fired_at[N_TIMEOUTS];  /* observed, -1 if not */
     uint64_t seq[N_TIMEOUTS];      /* placement order */
     bool live[N_TIMEOUTS];
+    int refiles[N_TIMEOUTS]; /* how often the callback refiled it */
     uint64_t next_seq;
+    int refile_percent; /* the callback refiles this share of the nodes due */
     struct hwt__wheel wheel;
     /* observed order check */
     int64_t last_tick;
@@ -82,25 +47,52 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-static void on_expire(void *ctx, hwt_timeout *t)
+static uint64_t rnd(void);
+
+/* A deadline moved later from `deadline` (in the same tick, a few ticks
+ * later, or far), saturated. */
+static int64_t moved_later(int64_t deadline);
+
+static enum hwt__wheel_verdict on_expire(void *ctx, struct hwt__wheel_node *node)
 {
     struct model *m = ctx;
-    size_t i = (size_t)(uintptr_t)t->arg;
+    size_t i = (size_t)(node - m->t);
     int64_t tick = m->wheel.cur;
-    if (!m->live[i] || m->fired_at[i] != -1)
+    if (!m->live[i] || m->fired_at[i] != -1 || tick != m->fire_tick[i] || hwt__wheel_linked(node))
         m->errors++;
-    m->fired_at[i] = tick;
-    m->live[i] = false;
     if (tick < m->last_tick || (tick == m->last_tick && m->seq[i] < m->last_seq))
         m->errors++;
     m->last_tick = tick;
     m->last_seq = m->seq[i];
+    if (m->refile_percent > 0 && m->refiles[i] < 3 && node->deadline < INT64_MAX &&
+        rnd() % 100 < (uint64_t)m->refile_percent) {
+        /* As a reschedule would: a later deadline, filed again as a newcomer
+         * (due now: handed back in this tick, behind what was linked). */
+        m->refiles[i]++;
+        node->deadline = moved_later(node->deadline);
+        m->fire_tick[i] = node->deadline < tick ? tick : node->deadline;
+        m->seq[i] = m->next_seq++;
+        return HWT_WHEEL_REFILE;
+    }
+    m->fired_at[i] = tick;
+    m->live[i] = false;
+    return HWT_WHEEL_TAKEN;
 }
 
 /* cur + ahead, saturated (cur may be near the end of time). */
 static int64_t later(int64_t cur, uint64_t ahead)
 {
     return ahead > (uint64_t)(INT64_MAX - cur) ? INT64_MAX : cur + (int64_t)ahead;
+}
+
+static int64_t moved_later(int64_t deadline)
+{
+    switch (rnd() % 4) {
+    case 0: return deadline; /* moved within its tick (a tick is 1 here): due now */
+    case 1: return later(deadline, 1 + rnd() % 3);
+    case 2: return later(deadline, rnd() % 5000);
+    default: return later(deadline, rnd() % 100000000);
+    }
 }
 
 static int64_t random_deadline(int64_t cur, uint32_t wheel_len)
@@ -119,31 +111,28 @@ static int64_t random_deadline(int64_t cur, uint32_t wheel_len)
 
 static struct model *model_new(uint32_t wheel_len)
 {
-    struct model *m = calloc(1, sizeof *m);
+    struct model *m = calloc(1, sizeof *m); /* zeroed nodes: not linked */
     assert_non_null(m);
-    named_timeouts_new(&m->named, N_TIMEOUTS, m->t);
-    assert_int_equal(hwt__wheel_init(&m->wheel, wheel_len, 1, &m->named.ids), 0);
-    for (size_t i = 0; i < N_TIMEOUTS; i++) {
-        m->t[i]->arg = (void *)(uintptr_t)i;
+    assert_true(hwt__wheel_init(&m->wheel, wheel_len, 1));
+    for (size_t i = 0; i < N_TIMEOUTS; i++)
         m->fired_at[i] = -1;
-    }
     return m;
 }
 
 static void model_free(struct model *m)
 {
     hwt__wheel_free(&m->wheel);
-    named_timeouts_free(&m->named);
     free(m);
 }
 
 static void model_place(struct model *m, size_t i, int64_t deadline)
 {
-    m->t[i]->deadline = deadline;
+    m->t[i].deadline = deadline;
     m->fire_tick[i] = deadline < m->wheel.cur ? m->wheel.cur : deadline;
     m->seq[i] = m->next_seq++;
     m->live[i] = true;
-    hwt__wheel_place(&m->wheel, m->t[i]);
+    hwt__wheel_place(&m->wheel, &m->t[i]);
+    assert_true(hwt__wheel_linked(&m->t[i]));
 }
 
 static int64_t model_earliest(const struct model *m, size_t used)
@@ -172,10 +161,12 @@ static void model_advance(struct model *m, size_t used, int64_t last)
     assert_int_equal(m->errors, 0);
 }
 
-/* Random operations from tick `start` on. */
-static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
+/* Random operations from tick `start` on; the callback refiles
+ * `refile_percent` of the nodes due. */
+static void run_model_refiling(uint32_t wheel_len, int rounds, int64_t start, int refile_percent)
 {
     struct model *m = model_new(wheel_len);
+    m->refile_percent = refile_percent;
     hwt__wheel_advance(&m->wheel, start - 1, on_expire, m); /* empty: one jump */
     assert_true(m->wheel.cur == start);
     size_t used = 0;
@@ -189,7 +180,8 @@ static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
         } else if (op < 7 && used > 0) {
             size_t i = (size_t)(rnd() % used);
             if (m->live[i]) {
-                hwt__wheel_unlink(&m->wheel, m->t[i]);
+                hwt__wheel_unlink(&m->wheel, &m->t[i]);
+                assert_false(hwt__wheel_linked(&m->t[i]));
                 m->live[i] = false;
             }
         } else {
@@ -216,6 +208,11 @@ static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
         assert_true(hwt__wheel_check(&m->wheel));
     }
     model_free(m);
+}
+
+static void run_model_from(uint32_t wheel_len, int rounds, int64_t start)
+{
+    run_model_refiling(wheel_len, rounds, start, 0);
 }
 
 static void run_model(uint32_t wheel_len, int rounds)
@@ -305,7 +302,7 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
         } else if (op < 30 && used > 0) {
             size_t i = (size_t)(rnd() % used);
             if (m->live[i]) {
-                hwt__wheel_unlink(w, m->t[i]);
+                hwt__wheel_unlink(w, &m->t[i]);
                 m->live[i] = false;
             }
         } else if (rnd() % 512 < (uint64_t)(4 * width / unit)) { /* tiny wheels: rarer */
@@ -329,7 +326,7 @@ static int run_focus(uint32_t wheel_len, uint32_t level)
             unsigned levels = 0;
             for (size_t i = 0; i < used; i++)
                 if (m->live[i] && m->fire_tick[i] == targets[k])
-                    levels |= 1u << m->t[i]->wlevel;
+                    levels |= 1u << hwt__wheel_level_of(w, &m->t[i]);
             int n = __builtin_popcount(levels);
             if (n > spread)
                 spread = n;
@@ -419,7 +416,7 @@ static void staircase(uint32_t wheel_len, uint32_t top, bool late)
     unsigned levels = 0;
     for (size_t i = 0; i < used; i++)
         if (m->fire_tick[i] == b)
-            levels |= 1u << m->t[i]->wlevel;
+            levels |= 1u << hwt__wheel_level_of(w, &m->t[i]);
     /* b's timeouts at every level bottom-1 .. top */
     assert_int_equal(levels, ((2u << top) - 1) & ~((1u << (bottom - 1)) - 1));
     if (late) {
@@ -477,7 +474,7 @@ static void test_precascade_spreads_every_level(void **state)
         model_place(m, used, 2 * w2 + (int64_t)(rnd() % (uint64_t)w2));
     for (; used < 4000; used++)
         model_place(m, used, 2 * w3 + (int64_t)(rnd() % (uint64_t)w3));
-    assert_true(m->t[0]->wlevel == 2 && m->t[3999]->wlevel == 3);
+    assert_true(hwt__wheel_level_of(w, &m->t[0]) == 2 && hwt__wheel_level_of(w, &m->t[3999]) == 3);
     assert_int_equal(hwt__wheel_next_event(w), 2 * w2 - window_of(w, 2));
     /* Woken for something else before the window opens: nothing moves yet
      * (a timer holding far timeouts stays idle). */
@@ -538,23 +535,21 @@ static void test_huge_deadlines(void **state)
     }
 }
 
-static void count_expire(void *ctx, hwt_timeout *t)
+static enum hwt__wheel_verdict count_expire(void *ctx, struct hwt__wheel_node *node)
 {
-    (void)t;
+    (void)node;
     (*(int *)ctx)++;
+    return HWT_WHEEL_TAKEN;
 }
 
-/* A far timeout is moved down O(levels) times, not once per revolution. */
+/* A far node is moved down O(levels) times, not once per revolution. */
 static void test_far_timeout_not_rescanned(void **state)
 {
     (void)state;
     struct hwt__wheel w;
-    struct named_timeouts named;
-    hwt_timeout *t;
-    named_timeouts_new(&named, 1, &t);
-    assert_int_equal(hwt__wheel_init(&w, 512, 1, &named.ids), 0);
-    t->deadline = 60000; /* ~117 revolutions of a 512-tick wheel */
-    hwt__wheel_place(&w, t);
+    struct hwt__wheel_node node = {{NULL, NULL}, 60000}; /* ~117 revolutions of 512 ticks */
+    assert_true(hwt__wheel_init(&w, 512, 1));
+    hwt__wheel_place(&w, &node);
     int wakeups = 0, fired = 0;
     while (fired == 0 && wakeups < 1000) {
         int64_t next = hwt__wheel_next_event(&w);
@@ -570,21 +565,16 @@ static void test_far_timeout_not_rescanned(void **state)
      * tick; far fewer than 117 */
     assert_true(wakeups <= 4);
     hwt__wheel_free(&w);
-    named_timeouts_free(&named);
 }
 
-/* Timeouts due at the same tick keep their placement order across cascades. */
+/* Nodes due at the same tick keep their placement order across cascades. */
 static void test_same_tick_order_across_levels(void **state)
 {
     (void)state;
     struct model *m = model_new(8);
     /* A: placed early (lands high); B: placed later (lands lower); same tick. */
     for (size_t i = 0; i < 10; i++) {
-        m->t[i]->deadline = 5000;
-        m->fire_tick[i] = 5000;
-        m->seq[i] = m->next_seq++;
-        m->live[i] = true;
-        hwt__wheel_place(&m->wheel, m->t[i]);
+        model_place(m, i, 5000);
         m->last_tick = -1;
         hwt__wheel_advance(&m->wheel, m->wheel.cur + 400, on_expire, m);
     }
@@ -595,6 +585,166 @@ static void test_same_tick_order_across_levels(void **state)
     for (size_t i = 0; i < 10; i++)
         assert_true(m->fired_at[i] == 5000);
     model_free(m);
+}
+
+/* Unlinking the first, a middle, the last and the only node of a bucket, at
+ * level 0 and above: the lists stay whole, a bucket left empty is empty
+ * (occupancy, next event), and a node knows it is out. */
+static void test_unlink_any_position(void **state)
+{
+    (void)state;
+    const int64_t dues[] = {100, 5000}; /* level 0, level 1 of a 512-bucket wheel */
+    for (size_t d = 0; d < 2; d++) {
+        struct model *m = model_new(512);
+        struct hwt__wheel *w = &m->wheel;
+        for (size_t i = 0; i < 5; i++)
+            model_place(m, i, dues[d]);
+        model_place(m, 5, dues[d] + 1000); /* alone in another bucket */
+        assert_int_equal(hwt__wheel_level_of(w, &m->t[0]), (int)d);
+        const size_t order[] = {0, 2, 4, 5}; /* first, middle, last, alone */
+        for (size_t k = 0; k < 4; k++) {
+            size_t i = order[k];
+            hwt__wheel_unlink(w, &m->t[i]);
+            m->live[i] = false;
+            assert_false(hwt__wheel_linked(&m->t[i]));
+            assert_int_equal(hwt__wheel_level_of(w, &m->t[i]), -1);
+            assert_true(hwt__wheel_check(w));
+        }
+        assert_int_equal(w->count, 2);
+        model_advance(m, 6, dues[d] + 2000);
+        assert_true(m->fired_at[1] == dues[d] && m->fired_at[3] == dues[d]);
+        assert_int_equal(hwt__wheel_next_event(w), INT64_MAX);
+        /* The other two, alone then last: the wheel is empty. */
+        model_place(m, 1, w->cur + 3000);
+        model_place(m, 3, w->cur + 3000);
+        hwt__wheel_unlink(w, &m->t[1]);
+        hwt__wheel_unlink(w, &m->t[3]);
+        assert_true(hwt__wheel_check(w));
+        assert_int_equal(w->count, 0);
+        assert_int_equal(hwt__wheel_next_event(w), INT64_MAX);
+        model_free(m);
+    }
+}
+
+/* Unlinks from the middle of an upper slot's list leave its count high (the
+ * slot is not known): its pre-cascade moves more per pass, but the slot is
+ * still empty when cur reaches its start and everything left runs on time. */
+static void test_unlinks_from_a_slot_keep_it_paced(void **state)
+{
+    (void)state;
+    struct model *m = model_new(64);
+    struct hwt__wheel *w = &m->wheel;
+    int64_t w2 = width_of(w, 2);
+    size_t used = 0;
+    for (; used < 2000; used++)
+        model_place(m, used, 2 * w2 + (int64_t)(rnd() % (uint64_t)w2));
+    assert_int_equal(hwt__wheel_level_of(w, &m->t[0]), 2);
+    for (size_t i = 1; i + 1 < used; i++)
+        if (i % 10 != 0) {
+            hwt__wheel_unlink(w, &m->t[i]);
+            m->live[i] = false;
+        }
+    assert_true(hwt__wheel_check(w));
+    for (;;) {
+        int64_t next = hwt__wheel_next_event(w);
+        if (next == INT64_MAX)
+            break;
+        if (next == 2 * w2)
+            assert_int_equal(left_at_start(w, 2, next), 0);
+        model_advance(m, used, next);
+        hwt__wheel_precascade(w, 2);
+        assert_true(hwt__wheel_check(w));
+    }
+    for (size_t i = 0; i < used; i++) {
+        bool kept = i % 10 == 0 || i + 1 == used;
+        assert_true(kept ? m->fired_at[i] == m->fire_tick[i] : m->fired_at[i] == -1);
+    }
+    assert_int_equal(w->count, 0);
+    model_free(m);
+}
+
+/* The advance callback refiles nodes (a reschedule moved their deadline):
+ * one moved within its tick comes back in the same tick, after the nodes
+ * linked before it; one moved to the next tick runs there behind what was
+ * linked for it before; one moved far runs at its new tick, from whatever
+ * level it lands at. */
+struct refile_log {
+    struct hwt__wheel *wheel;
+    struct hwt__wheel_node *nodes;
+    int64_t new_deadline[5]; /* -1: take it; otherwise refile it once with this */
+    size_t order[16];
+    int64_t tick[16];
+    size_t n;
+};
+
+static enum hwt__wheel_verdict refile_some(void *ctx, struct hwt__wheel_node *node)
+{
+    struct refile_log *log = ctx;
+    size_t i = (size_t)(node - log->nodes);
+    if (log->n < 16) {
+        log->order[log->n] = i;
+        log->tick[log->n] = log->wheel->cur;
+    }
+    log->n++;
+    assert_false(hwt__wheel_linked(node));
+    if (log->new_deadline[i] < 0)
+        return HWT_WHEEL_TAKEN;
+    node->deadline = log->new_deadline[i];
+    log->new_deadline[i] = -1;
+    return HWT_WHEEL_REFILE;
+}
+
+static void test_refile_from_advance(void **state)
+{
+    (void)state;
+    const int64_t tick = 1000;
+    struct hwt__wheel w;
+    struct hwt__wheel_node nodes[5] = {{{NULL, NULL}, 0}};
+    assert_true(hwt__wheel_init(&w, 8, tick));
+    /* 1: within its tick; 2: to the next tick, behind 4; 3: far, to an upper level. */
+    struct refile_log log = {.wheel = &w,
+                             .nodes = nodes,
+                             .new_deadline = {-1, 10 * tick + 500, 11 * tick, 100000 * tick, -1}};
+    for (size_t i = 0; i < 4; i++) {
+        nodes[i].deadline = 10 * tick + (int64_t)i;
+        hwt__wheel_place(&w, &nodes[i]);
+    }
+    nodes[4].deadline = 11 * tick;
+    hwt__wheel_place(&w, &nodes[4]);
+    hwt__wheel_advance(&w, 11, refile_some, &log);
+    assert_true(hwt__wheel_check(&w));
+    const size_t order[] = {0, 1, 2, 3, 1, 4, 2};
+    const int64_t ticks[] = {10, 10, 10, 10, 10, 11, 11};
+    assert_int_equal(log.n, 7);
+    for (size_t k = 0; k < 7; k++) {
+        assert_int_equal(log.order[k], order[k]);
+        assert_int_equal(log.tick[k], ticks[k]);
+    }
+    assert_int_equal(w.count, 1);
+    assert_true(hwt__wheel_linked(&nodes[3]) && !hwt__wheel_linked(&nodes[1]));
+    int wakeups = 0;
+    while (log.n == 7 && wakeups++ < 100) {
+        hwt__wheel_advance(&w, hwt__wheel_next_event(&w), refile_some, &log);
+        hwt__wheel_precascade(&w, 512);
+        assert_true(hwt__wheel_check(&w));
+    }
+    assert_int_equal(log.n, 8);
+    assert_int_equal(log.order[7], 3);
+    assert_int_equal(log.tick[7], 100000);
+    assert_int_equal(w.count, 0);
+    hwt__wheel_free(&w);
+}
+
+/* The random model with a callback that refiles a share of the nodes due
+ * (moved within their tick, a little or far later): every one runs at its
+ * last deadline's tick, in order, and the invariants hold throughout. */
+static void test_refile_model(void **state)
+{
+    (void)state;
+    const uint32_t lens[] = {1, 8, 512};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        run_model_refiling(lens[l], 20000, 0, 30);
+    run_model_refiling(4, 6000, INT64_MAX - ((int64_t)1 << 40), 30);
 }
 
 int main(void)
@@ -621,6 +771,10 @@ int main(void)
         cmocka_unit_test(test_huge_deadlines),
         cmocka_unit_test(test_far_timeout_not_rescanned),
         cmocka_unit_test(test_same_tick_order_across_levels),
+        cmocka_unit_test(test_unlink_any_position),
+        cmocka_unit_test(test_unlinks_from_a_slot_keep_it_paced),
+        cmocka_unit_test(test_refile_from_advance),
+        cmocka_unit_test(test_refile_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
