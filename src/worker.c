@@ -323,6 +323,18 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
 
 static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before);
 
+/* Marks a queued timeout TRANSFERRED (so that its canceller pushes its
+ * cancel for us): false if a cancel won. A reschedule may change the state
+ * meanwhile (its generation): then again. */
+static bool mark_transferred(hwt_timeout *t)
+{
+    uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
+    while ((state & HWT_TO_LIFE) == HWT_TO_INIT) /* no failing CAS for cancelled ones */
+        if (atomic_compare_exchange_weak(&t->state, &state, state | HWT_TO_TRANSFERRED))
+            return true;
+    return false;
+}
+
 /* Moves up to `budget` new timeouts from the queues into the wheel, taking
  * the stripes in turn (each in its own order; took[i]: stripe i's stack was
  * taken in this pass). Marking each one TRANSFERRED
@@ -349,9 +361,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
                 if (t == NULL)
                     break;
                 n++;
-                uint32_t state = atomic_load_explicit(&t->state, memory_order_relaxed);
-                if ((state & HWT_TO_LIFE) == HWT_TO_INIT && /* no failing CAS for cancelled ones */
-                    atomic_compare_exchange_strong(&t->state, &state, state | HWT_TO_TRANSFERRED)) {
+                if (mark_transferred(t)) {
                     if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
                         hwt__wheel_place(&timer->wheel, &t->node);
                 } else {
