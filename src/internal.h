@@ -186,6 +186,7 @@ struct hwt_timer {
     _Alignas(64) struct hwt__wheel wheel;
     size_t awaiting_cancel; /* let go of, cancellation not processed yet */
     size_t awaiting_moved;  /* taken by the stop while on a moved stack */
+    int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;   /* the stripe transfer starts with */
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), linked by queue_link: those due soon

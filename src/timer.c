@@ -191,6 +191,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->state, HWT_STATE_INIT);
     atomic_init(&timer->refs, 1);
     atomic_init(&timer->wake_before, INT64_MIN);
+    timer->moved_queued_min = INT64_MAX;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
     if (hwt__pool_init(&timer->pool) != 0) {

@@ -121,13 +121,13 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
  * moved earlier (its old slot may be later) or that was deferred; learns of
  * the cancels that found one on a moved stack. Each entry holds a reference.
  * In the final drain (`stopping`) what is out of the wheel is taken for the
- * stop instead. Returns how many of them were still queued (not yet moved
- * into the wheel): the transfer must move those now. */
+ * stop instead. Those still queued (not yet moved into the wheel) lower
+ * moved_queued_min: the ticks are not processed past them before the
+ * transfer has moved them. */
 static void take_for_stop(void *ctx, hwt_timeout *t);
 
-static size_t process_moved(hwt_timer *timer, bool stopping)
+static void process_moved(hwt_timer *timer, bool stopping)
 {
-    size_t still_queued = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         ck_stack_t *moved = &timer->stripes[i].moved;
         if (hwt__stack_is_empty(moved))
@@ -140,7 +140,12 @@ static size_t process_moved(hwt_timer *timer, bool stopping)
             bool deferred = (t->wflags & HWT_W_DEFERRED) != 0;
             if ((s & HWT_TO_LIFE) == HWT_TO_INIT) {
                 if (!(s & HWT_TO_TRANSFERRED)) {
-                    still_queued++;
+                    /* Queued, or taken and not moved yet: the bounds the
+                     * queues were planned by may be later (see
+                     * last_before_queued). */
+                    int64_t d = hwt__deadline_of(t);
+                    if (d < timer->moved_queued_min)
+                        timer->moved_queued_min = d;
                 } else if (stopping) {
                     if (deferred) {
                         t->wflags &= (uint8_t)~HWT_W_DEFERRED;
@@ -164,7 +169,6 @@ static size_t process_moved(hwt_timer *timer, bool stopping)
             e = next;
         }
     }
-    return still_queued;
 }
 
 static bool cancels_waiting(hwt_timer *timer)
@@ -221,6 +225,8 @@ static int64_t earliest_queued(hwt_timer *timer)
 static int64_t last_before_queued(hwt_timer *timer, int64_t last, bool mid_transfer)
 {
     int64_t min = earliest_queued(timer);
+    if (timer->moved_queued_min < min)
+        min = timer->moved_queued_min;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         if (timer->taken[i] == NULL)
             continue;
@@ -268,19 +274,19 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
         if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
             let_go_cancelled(timer, t); /* cancelled for good: order does not matter */
             ++*dropped;
-        } else if (t->node.deadline < soon_before) {
+        } else if (hwt__deadline_of(t) < soon_before) {
             if (soon_last == NULL)
                 soon_last = newest_first;
             newest_first->next = soon;
             soon = newest_first;
             soon_count++;
-            if (t->node.deadline < soon_min)
-                soon_min = t->node.deadline;
+            if (hwt__deadline_of(t) < soon_min)
+                soon_min = hwt__deadline_of(t);
         } else {
             newest_first->next = later;
             later = newest_first;
-            if (t->node.deadline < later_min)
-                later_min = t->node.deadline;
+            if (hwt__deadline_of(t) < later_min)
+                later_min = hwt__deadline_of(t);
         }
         newest_first = next;
     }
@@ -482,6 +488,8 @@ static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *c
         uint32_t slice = left < TRANSFER_SLICE ? left : TRANSFER_SLICE;
         uint32_t n = transfer(timer, slice, run_overdue, took, cancels);
         moved += n;
+        if (n < slice)
+            timer->moved_queued_min = INT64_MAX; /* all moved, by their deadlines now */
         if (n < slice || moved == timer->max_transfers)
             return moved;
         int64_t ended = last_before_queued(timer, hwt__rel_now(timer) / timer->tick_ns - 1, true);
