@@ -65,7 +65,8 @@ extern "C" {
 #define HWT_ESTOPPED (-10002)
 /* hwt_stop() called from the timer's own worker thread (from a task). */
 #define HWT_EDEADLK (-EDEADLK)
-/* The worker thread could not be created (the cause is logged); retry later. */
+/* A system resource - a thread, a thread key - could not be had (the cause is
+ * logged); nothing changed, and the call may be retried. */
 #define HWT_ESYS (-10003)
 
 /* A static, distinct text for each code above, "success" for 0, and
@@ -165,7 +166,8 @@ HWT_EXTERN void hwt_options_init(hwt_options *options);
  * thread_attr; a tick (ns, saturated) >= INT64_MAX / rounded wheel length.
  * A tick below the sleep mode's minimum is raised to it, with a warning through
  * the log callback. More than 64 live timers in the process logs one error, once.
- * HWT_ENOMEM: nothing allocated. Any thread. */
+ * HWT_ENOMEM: nothing allocated; HWT_ESYS: a lock could not be initialised.
+ * Any thread. */
 HWT_EXTERN int hwt_timer_create(hwt_timer **timer, const hwt_options *options);
 
 /* Starts the worker if it is not running and waits until it has set the start
@@ -182,7 +184,8 @@ HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
  * If `timeout` is not NULL, *timeout receives one reference that the caller
  * ends with hwt_timeout_release(); with NULL the caller holds nothing.
  * Errors: HWT_EINVAL (timer or run NULL, invalid unit), HWT_ESTOPPED,
- * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS. Lock-free on the hot path; never blocks
+ * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS (the worker thread, or the thread key
+ * of the calling thread's timeout cache, could not be had). Lock-free on the hot path; never blocks
  * except the first call, which waits for the worker to start.
  * Any thread, including tasks on the worker. */
 HWT_EXTERN int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay,

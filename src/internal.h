@@ -80,7 +80,7 @@ struct hwt_timeout {
         struct hwt__link link;       /* while in a wheel bucket (worker) */
         ck_stack_entry_t queue_link; /* while queued: its stripe's new-timeout stack;
                                         after a stop: its overflow list (stopset.c) */
-        ck_stack_entry_t depot_link; /* while free, if it heads a magazine (pool.c) */
+        ck_stack_entry_t depot_link; /* while free, if it heads a magazine in a region (pool.c) */
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
     union {
@@ -156,7 +156,7 @@ struct hwt_timer {
     _Alignas(64) _Atomic int state;
     /* Only with max_pending > 0: the exact reservation count. */
     _Alignas(64) _Atomic int64_t pending;
-    _Atomic uint64_t refs; /* creator's + one per allocated timeout (a magazine at a time) */
+    _Atomic uint64_t refs; /* creator's + one per timeout out of the pool's depot (pool.c) */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
     _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
     _Atomic int kicked;                       /* someone already woke the worker since it planned */

@@ -36,7 +36,7 @@ const char *hwt_strerror(int code)
     case HWT_EREJECTED: return "too many pending timeouts (max_pending_timeouts)";
     case HWT_ESTOPPED: return "timer stopped";
     case HWT_EDEADLK: return "hwt_stop called from the timer's own worker thread";
-    case HWT_ESYS: return "the worker thread could not be created";
+    case HWT_ESYS: return "a system resource (a thread, a thread key) could not be had";
     }
     return "unknown error";
 }
@@ -140,9 +140,10 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->wake_before, INT64_MIN);
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
-    if (hwt__pool_init(&timer->pool) != 0) {
+    int rc = hwt__pool_init(&timer->pool);
+    if (rc != 0) {
         hwt__free(timer);
-        return HWT_ENOMEM;
+        return rc;
     }
     if (hwt__wheel_init(&timer->wheel, wheel_len, tick_ns, &timer->pool.ids) != 0) {
         hwt__pool_destroy(&timer->pool);
