@@ -88,9 +88,10 @@
 
 #define MAG_SIZE HWT_POOL_MAG_SIZE
 
-/* Free timeouts the depot keeps mapped (a few MiB: much more than a steady
- * churn moves through it between two looks, little beside a burst). */
-#define RESERVE_BYTES (UINT64_C(4) << 20)
+/* Free timeouts the depot keeps mapped rather than give back: a few MiB,
+ * little beside a burst, and some 87 000 timeouts of slack for a load that
+ * goes up and down. */
+#define RESERVE_BYTES HWT_POOL_RESERVE_BYTES
 
 _Static_assert(sizeof(struct hwt__timeout_chunk) <= HWT_CHUNK_HEADER_BYTES, "chunk header fits");
 _Static_assert(HWT_CHUNK_HEADER_BYTES + HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout) ==

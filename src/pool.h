@@ -103,6 +103,9 @@ bool hwt__pool_bind_thread(hwt_timer *timer);
 #define HWT_POOL_MAG_SIZE 64
 #define HWT_POOL_THREAD_CACHE_MAX (2 * HWT_POOL_MAG_SIZE + HWT_TIMEOUTS_PER_CHUNK)
 
+/* Free timeouts the depot keeps mapped rather than give back (pool.c). */
+#define HWT_POOL_RESERVE_BYTES (UINT64_C(4) << 20)
+
 /* For tests: how many timeouts of `timer` the calling thread caches. */
 size_t hwt__pool_thread_cached(hwt_timer *timer);
 

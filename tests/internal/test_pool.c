@@ -2,8 +2,10 @@
  * test_pool.c - the timeout pool (pool.c): never used timeouts are handed
  * out in memory order from fresh runs, recycled ones from magazines; a
  * thread that exits gives both back, and nothing is ever handed out twice.
- * Timeout ids (ids.h) name each timeout of every region, and a pool whose
- * ids are used up fails a schedule cleanly.
+ * Regions whose timeouts are all free go back to the system, beyond a
+ * reserve, but never during a scan of the pool; a thread caches a bounded
+ * number of timeouts. Timeout ids (ids.h) name each timeout of every
+ * region, and a pool whose ids are used up fails a schedule cleanly.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -283,6 +285,203 @@ static void test_ids_used_up_is_enomem(void **state)
     hwtt_destroy(timer);
 }
 
+/* Timeouts in `bytes` of regions. */
+static size_t timeouts_in(uint64_t bytes)
+{
+    return (size_t)(bytes / HWT_TIMEOUT_CHUNK_BYTES) * HWT_TIMEOUTS_PER_CHUNK;
+}
+
+/* Schedules n one-hour timeouts with handles from a thread that then exits
+ * (its cache goes back to the depot). */
+static hwt_timeout **schedule_kept(hwt_timer *timer, size_t n)
+{
+    static hwtt_rec rec; /* counts nothing these tests look at */
+    hwt_timeout **h = calloc(n, sizeof *h);
+    assert_non_null(h);
+    struct sched_job job = {timer, n, h, &rec, 0};
+    schedule_on_thread(&job);
+    return h;
+}
+
+/* The worker let go of these cancelled timeouts: only their handles hold
+ * them. */
+static bool only_handles_hold(hwt_timeout **h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load(&h[i]->refs) != 1)
+            return false;
+    return true;
+}
+
+/* A burst well beyond the reserve: once every timeout is free again, the
+ * pool keeps the reserve and about a region more (plus what the worker's
+ * cache pins), not the burst. */
+static void test_freed_regions_go_back(void **state)
+{
+    (void)state;
+    enum { N = 400000 }; /* ~19 MB: regions up to 2 MiB */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    size_t peak = hwt__pool_capacity(&timer->pool);
+    assert_true(peak >= N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < N; i++)
+        hwt_timeout_release(h[i]);
+    assert_int_equal(atomic_load(&timer->refs), 1);
+    /* What stays: fully free regions while the rest is under the reserve,
+     * so the reserve and at most one region more. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  %d timeouts: pool of %zu at the peak, %zu once free (bound %zu)\n", N, peak,
+                  after, bound);
+    assert_true(after <= bound);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* A burst within the reserve keeps its memory (a load that goes up and
+ * down does not map and unmap in a loop): the next burst reuses it. */
+static void test_small_bursts_keep_their_memory(void **state)
+{
+    (void)state;
+    size_t n = timeouts_in(HWT_POOL_RESERVE_BYTES) / 4;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    size_t first = 0;
+    for (int round = 0; round < 3; round++) {
+        hwt_timeout **h = schedule_kept(timer, n);
+        size_t capacity = hwt__pool_capacity(&timer->pool);
+        if (round == 0)
+            first = capacity;
+        for (size_t i = 0; i < n; i++)
+            assert_true(hwt_timeout_cancel(h[i]));
+        assert_true(hwtt_wait_until(only_handles_hold(h, n), hwtt_slack_ms(5000)));
+        assert_int_equal(atomic_load(&timer->refs), 1 + n); /* the test thread caches none */
+        for (size_t i = 0; i < n; i++)
+            hwt_timeout_release(h[i]);
+        assert_int_equal(atomic_load(&timer->refs), 1); /* all in the depot */
+        assert_int_equal(hwt__pool_capacity(&timer->pool), capacity);
+        assert_int_equal(capacity, first); /* the later bursts mapped nothing */
+        free(h);
+    }
+    hwtt_destroy(timer);
+}
+
+/* hwt__pool_for_each reads every timeout of every region while other
+ * threads free: a region made entirely free during the scan stays mapped
+ * until the scan ends (else the scan reads unmapped memory), and a free
+ * during the scan does not wait for it (the scan holds no lock). */
+struct scan_ctx {
+    hwt_timer *timer;
+    hwt_timeout **handles;
+    size_t n, visits, capacity_during;
+    unsigned linked;
+};
+
+static void release_all_then_count(void *p, hwt_timeout *t)
+{
+    struct scan_ctx *ctx = p;
+    if (ctx->visits++ == 0) {
+        for (size_t i = 0; i < ctx->n; i++)
+            hwt_timeout_release(ctx->handles[i]);
+        ctx->capacity_during = hwt__pool_capacity(&ctx->timer->pool);
+    }
+    ctx->linked += (t->wflags & HWT_W_LINKED) != 0; /* reads the timeout */
+}
+
+static void test_no_region_goes_back_during_a_scan(void **state)
+{
+    (void)state;
+    enum { N = 300000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    size_t before = hwt__pool_capacity(&timer->pool);
+
+    struct scan_ctx ctx = {timer, h, N, 0, 0, 0};
+    hwt__pool_for_each(&timer->pool, release_all_then_count, &ctx);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  pool of %zu before the scan, %zu during it, %zu after\n", before,
+                  ctx.capacity_during, after);
+    assert_int_equal(ctx.visits, before);
+    assert_int_equal(ctx.capacity_during, before);
+    assert_int_equal(ctx.linked, 0);
+    assert_true(after <= timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES));
+    assert_int_equal(atomic_load(&timer->refs), 1);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* A thread caches at most HWT_POOL_THREAD_CACHE_MAX timeouts, after
+ * scheduling many and after freeing many: the timer's reference count (one
+ * per timeout out of the depot) says so, not only the cache itself. */
+struct cache_job {
+    hwt_timer *timer;
+    hwt_timeout **h;
+    size_t n;
+    size_t cached_scheduled, cached_freed;
+    pthread_barrier_t step;
+};
+
+static void *schedule_wait_release(void *p)
+{
+    struct cache_job *job = p;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, &job->h[i]) != 0)
+            return (void *)1;
+    job->cached_scheduled = hwt__pool_thread_cached(job->timer);
+    pthread_barrier_wait(&job->step); /* the test cancels */
+    pthread_barrier_wait(&job->step);
+    for (size_t i = 0; i < job->n; i++)
+        hwt_timeout_release(job->h[i]);
+    job->cached_freed = hwt__pool_thread_cached(job->timer);
+    pthread_barrier_wait(&job->step); /* the test counts */
+    pthread_barrier_wait(&job->step);
+    return NULL;
+}
+
+static void test_a_thread_caches_a_bounded_number(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    struct cache_job job = {timer, calloc(N, sizeof(hwt_timeout *)), N, 0, 0, {{0}}};
+    assert_non_null(job.h);
+    pthread_barrier_init(&job.step, NULL, 2);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, schedule_wait_release, &job), 0);
+
+    pthread_barrier_wait(&job.step);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(job.h[i]));
+    /* The worker let go of them: the handles and the thread's cache hold. */
+    assert_true(hwtt_wait_until(only_handles_hold(job.h, N), hwtt_slack_ms(5000)));
+    assert_int_equal(atomic_load(&timer->refs), 1 + N + job.cached_scheduled);
+    pthread_barrier_wait(&job.step);
+
+    pthread_barrier_wait(&job.step);
+    uint64_t refs = atomic_load(&timer->refs);
+    pthread_barrier_wait(&job.step);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  a thread caches %zu after %d schedules, %zu after %d frees (at most %zu)\n",
+                  job.cached_scheduled, N, job.cached_freed, N,
+                  (size_t)HWT_POOL_THREAD_CACHE_MAX);
+    assert_true(job.cached_scheduled <= HWT_POOL_THREAD_CACHE_MAX);
+    assert_true(job.cached_freed <= HWT_POOL_THREAD_CACHE_MAX);
+    assert_int_equal(refs, 1 + job.cached_freed);
+    assert_int_equal(atomic_load(&timer->refs), 1); /* its exit gave them back */
+    pthread_barrier_destroy(&job.step);
+    free(job.h);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -295,6 +494,10 @@ int main(void)
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_ids_name_every_timeout, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_ids_used_up_is_enomem, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_freed_regions_go_back, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
