@@ -79,8 +79,10 @@
  *     the id table (ids.h) keeps naming a region given back, but only ids of
  *     timeouts in use are ever looked up.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "ids.h"
@@ -101,6 +103,7 @@ _Static_assert(HWT_CHUNK_HEADER_BYTES + HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_time
 struct mag {
     ck_stack_entry_t *first; /* free timeouts, linked by stack_link.next */
     size_t count;
+    struct hwt__region *region; /* of every one of them; NULL: of several */
 };
 
 struct region_link {
@@ -160,12 +163,14 @@ static size_t timeouts_in_region(size_t region_bytes)
 }
 
 #define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
+#define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
+#define BUSY_NS (50 * INT64_C(1000000)) /* a thread took timeouts this recently */
 
 /* ---------------------------------------------------------------- lists */
 
 /* The depot's lists of regions (under the lock): ALL, every region;
  * RECYCLED, those holding freed timeouts (in mags or building); TAILS,
- * those with never-used chunks. */
+ * those with never-used chunks; IDLE, those entirely free but kept. */
 static void list_add(struct hwt__pool *pool, int list, struct hwt__region *r)
 {
     struct region_link *l = &r->links[list];
@@ -194,20 +199,71 @@ static void list_remove(struct hwt__pool *pool, int list, struct hwt__region *r)
 
 /* ---------------------------------------------------------------- depot */
 
-/* Unlinks a region none of whose timeouts is out of the depot, unless the
- * reserve needs it or a scan runs; the caller unmaps what *gone gathers
- * once it has dropped the lock. */
-static void maybe_give_back(struct hwt__pool *pool, struct hwt__region *r,
-                            struct hwt__region **gone)
+/* Unlinks a region none of whose timeouts is out of the depot; the caller
+ * unmaps what *gone gathers once it has dropped the lock. */
+static void give_back(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
 {
-    if (pool->scans > 0 || pool->free - r->capacity < RESERVE_TIMEOUTS)
-        return;
     for (int list = 0; list < HWT_REGION_LISTS; list++)
         list_remove(pool, list, r);
     pool->free -= r->capacity;
     pool->capacity -= r->capacity;
     r->gone = *gone;
     *gone = r;
+}
+
+/* A coarse CLOCK_MONOTONIC (a few ms of resolution: enough here, and
+ * cheaper than the precise one). */
+static int64_t coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* How many free timeouts the depot keeps: the reserve, or more while
+ * threads are taking timeouts. In a churn (threads scheduling while the
+ * worker frees, in batches, what they cancelled) regions that become free
+ * are needed again within moments, and a page given back and taken again
+ * costs a fault and, in VMs, a trap to the host (`hwt-bench churn` took 1.4x
+ * the CPU giving back at once). The busy allowance is bounded, so that what
+ * a burst leaves behind stays within a few tens of MB even if it ends while
+ * threads still take; once none has for BUSY_NS, the next give-back trims
+ * to the reserve. */
+static size_t keep_timeouts(const struct hwt__pool *pool)
+{
+    if (coarse_now_ns() - pool->last_take_ns < BUSY_NS)
+        return BUSY_KEEP_TIMEOUTS;
+    return RESERVE_TIMEOUTS;
+}
+
+/* A region became entirely free: back to the system, or kept (IDLE) while
+ * the depot keeps that much or a scan runs. */
+static void region_free(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
+{
+    if (pool->scans == 0 && pool->free - r->capacity >= keep_timeouts(pool))
+        give_back(pool, r, gone);
+    else
+        list_add(pool, HWT_REGIONS_IDLE, r);
+}
+
+/* Gives back the kept regions the depot need not keep any more. Cheap
+ * when there is nothing to do; with less than a whole region beyond what it
+ * keeps free, it does nothing (a small region might have gone). */
+static void trim_idle(struct hwt__pool *pool, struct hwt__region **gone)
+{
+    const size_t region = timeouts_in_region(HWT_MAX_REGION_BYTES);
+    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 ||
+        pool->free < RESERVE_TIMEOUTS + region)
+        return;
+    size_t keep = keep_timeouts(pool);
+    if (pool->free < keep + region)
+        return;
+    for (struct hwt__region *r = pool->regions[HWT_REGIONS_IDLE]; r != NULL;) {
+        struct hwt__region *next = r->links[HWT_REGIONS_IDLE].next;
+        if (pool->free - r->capacity >= keep)
+            give_back(pool, r, gone);
+        r = next;
+    }
 }
 
 /* Takes back a chain of freed timeouts, each into its own region. */
@@ -233,12 +289,43 @@ static void put_locked(struct hwt__pool *pool, ck_stack_entry_t *node, struct hw
             list_add(pool, HWT_REGIONS_RECYCLED, r);
         pool->free++;
         if (++r->free == r->capacity)
-            maybe_give_back(pool, r, gone);
+            region_free(pool, r, gone);
         node = next;
     }
+    trim_idle(pool, gone);
 }
 
-/* Unmaps what maybe_give_back unlinked (without the lock: unmapping 2 MiB
+/* Takes back a whole magazine of one region's timeouts, as it is. */
+static void put_whole_locked(struct hwt__pool *pool, struct mag m, struct hwt__region **gone)
+{
+    struct hwt__region *r = m.region;
+    hwt_timeout *head = object_of(m.first);
+    head->mag_count = m.count;
+    head->depot_link.next = r->mags;
+    r->mags = &head->depot_link;
+    if (pool->regions[HWT_REGIONS_RECYCLED] != r) { /* in front: see put_locked */
+        list_remove(pool, HWT_REGIONS_RECYCLED, r);
+        list_add(pool, HWT_REGIONS_RECYCLED, r);
+    }
+    pool->free += m.count;
+    r->free += m.count;
+    if (r->free == r->capacity)
+        region_free(pool, r, gone);
+    trim_idle(pool, gone);
+}
+
+/* Takes back a magazine: as it is if it is whole and of one region (the
+ * usual case: timeouts freed together were mostly allocated together),
+ * else sorted into its timeouts' regions. */
+static void put_mag_locked(struct hwt__pool *pool, struct mag m, struct hwt__region **gone)
+{
+    if (m.count == MAG_SIZE && m.region != NULL)
+        put_whole_locked(pool, m, gone);
+    else if (m.count > 0)
+        put_locked(pool, m.first, gone);
+}
+
+/* Unmaps what give_back unlinked (without the lock: unmapping 2 MiB
  * takes a while, and nothing else can reach these regions). */
 static void release_regions(struct hwt__region *gone)
 {
@@ -250,16 +337,16 @@ static void release_regions(struct hwt__region *gone)
     }
 }
 
-/* Gives n freed timeouts back to the depot, chained from `first`, and
- * drops their references to the timer (last: it may free the timer). */
-static void depot_put(hwt_timer *timer, ck_stack_entry_t *first, size_t n)
+/* Gives a magazine back to the depot, and drops its timeouts' references
+ * to the timer (last: it may free the timer). */
+static void depot_put(hwt_timer *timer, struct mag m)
 {
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&timer->pool.lock);
-    put_locked(&timer->pool, first, &gone);
+    put_mag_locked(&timer->pool, m, &gone);
     pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
-    hwt__timer_unref_n(timer, n);
+    hwt__timer_unref_n(timer, m.count);
 }
 
 /* Writes the header of chunk k of a region, as it is handed out. */
@@ -288,9 +375,11 @@ struct take {
  * does; count 0 if the depot has neither. */
 static struct take take_locked(struct hwt__pool *pool, const struct thread_cache *c)
 {
-    struct take got = {{NULL, 0}, NULL, 0};
+    struct take got = {{NULL, 0, NULL}, NULL, 0};
+    pool->last_take_ns = coarse_now_ns();
     struct hwt__region *r = pool->regions[HWT_REGIONS_RECYCLED];
     if (r != NULL) {
+        list_remove(pool, HWT_REGIONS_IDLE, r);
         if (r->mags != NULL) {
             ck_stack_entry_t *head = r->mags;
             r->mags = head->next;
@@ -301,6 +390,7 @@ static struct take take_locked(struct hwt__pool *pool, const struct thread_cache
             r->building.first = NULL;
             r->building.count = 0;
         }
+        got.mag.region = r;
         if (r->mags == NULL && r->building.count == 0)
             list_remove(pool, HWT_REGIONS_RECYCLED, r);
         r->free -= got.mag.count;
@@ -318,6 +408,7 @@ static struct take take_locked(struct hwt__pool *pool, const struct thread_cache
         r = any;
     if (r == NULL)
         return got;
+    list_remove(pool, HWT_REGIONS_IDLE, r);
     got.fresh_region = r;
     got.fresh_chunk = r->next_chunk++;
     if (r->next_chunk == r->chunks)
@@ -365,7 +456,7 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
     pool->free += r->free;
     pthread_mutex_unlock(&pool->lock);
 
-    *got = (struct take){{NULL, HWT_TIMEOUTS_PER_CHUNK}, r, 0};
+    *got = (struct take){{NULL, HWT_TIMEOUTS_PER_CHUNK, NULL}, r, 0};
     return true;
 }
 
@@ -377,7 +468,17 @@ int hwt__pool_init(struct hwt__pool *pool)
     int rc = hwt__ids_init(&pool->ids);
     if (rc != 0)
         return rc;
-    if (pthread_mutex_init(&pool->lock, NULL) != 0) {
+    /* Adaptive: a waiter spins a little before it sleeps. The lock is held
+     * for a few dozen ns at a time, while a futex sleep and wake-up cost
+     * microseconds (more in VMs). */
+    pthread_mutexattr_t attr;
+    int err = pthread_mutexattr_init(&attr);
+    if (err == 0) {
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+        err = pthread_mutex_init(&pool->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    if (err != 0) {
         hwt__ids_free(&pool->ids);
         return HWT_ESYS;
     }
@@ -424,14 +525,8 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
     }
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
-    if (--pool->scans == 0) {
-        for (r = pool->regions[HWT_REGIONS_ALL]; r != NULL;) {
-            struct hwt__region *next = r->links[HWT_REGIONS_ALL].next;
-            if (r->free == r->capacity)
-                maybe_give_back(pool, r, &gone);
-            r = next;
-        }
-    }
+    if (--pool->scans == 0) /* what became free meanwhile waits in IDLE */
+        trim_idle(pool, &gone);
     pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
 }
@@ -457,8 +552,8 @@ static void flush(struct thread_cache *c)
     size_t returned = c->loaded.count + c->spare.count + c->fresh_count;
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
-    put_locked(pool, c->loaded.first, &gone);
-    put_locked(pool, c->spare.first, &gone);
+    put_mag_locked(pool, c->loaded, &gone);
+    put_mag_locked(pool, c->spare, &gone);
     put_locked(pool, fresh, &gone);
     /* Its regions' never-used chunks go to whoever needs them. */
     for (struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
@@ -571,8 +666,7 @@ int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out)
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {
         *m = c->spare;
-        c->spare.first = NULL;
-        c->spare.count = 0;
+        c->spare = (struct mag){NULL, 0, NULL};
     }
     if (m->count == 0 && c->fresh_count == 0 && !refill(timer, c))
         return HWT_ENOMEM;
@@ -604,18 +698,24 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
          * binding here could pin a destroyed timer's memory to a thread that
          * merely released its last handle. Straight back to the depot. */
         node->next = NULL;
-        depot_put(timer, node, 1);
+        depot_put(timer, (struct mag){node, 1, NULL});
         return;
     }
     struct mag *m = &c->loaded;
     if (m->count >= MAG_SIZE) {
         struct mag full = c->spare;
         c->spare = *m;
-        m->first = NULL;
-        m->count = 0;
+        *m = (struct mag){NULL, 0, NULL};
         if (full.count > 0) /* never the last reference: `timeout` is ours */
-            depot_put(timer, full.first, full.count);
+            depot_put(timer, full);
     }
+    /* The chunk header was just read (hwt__timer_of): noting the region
+     * costs no miss, and lets a magazine of one region go back whole. */
+    struct hwt__region *r = hwt__chunk_of(timeout)->region;
+    if (m->count == 0)
+        m->region = r;
+    else if (m->region != r)
+        m->region = NULL;
     node->next = m->first;
     m->first = node;
     m->count++;

@@ -35,7 +35,7 @@ struct hwt__ids {
 struct hwt__region; /* pool.c */
 
 /* The lists of regions a pool keeps (pool.c). */
-enum { HWT_REGIONS_ALL, HWT_REGIONS_RECYCLED, HWT_REGIONS_TAILS, HWT_REGION_LISTS };
+enum { HWT_REGIONS_ALL, HWT_REGIONS_RECYCLED, HWT_REGIONS_TAILS, HWT_REGIONS_IDLE, HWT_REGION_LISTS };
 
 struct hwt__pool {
     /* The depot: what no thread holds. Taken once per magazine (64
@@ -44,7 +44,8 @@ struct hwt__pool {
     struct hwt__region *regions[HWT_REGION_LISTS];
     size_t capacity; /* timeouts in the pool's regions */
     size_t free;     /* of them in the depot (freed, or never handed out) */
-    unsigned scans;  /* hwt__pool_for_each in progress: no region goes back */
+    int64_t last_take_ns; /* when a thread last took timeouts (a coarse clock) */
+    unsigned scans;       /* hwt__pool_for_each in progress: no region goes back */
     struct hwt__ids ids;
 };
 
@@ -103,8 +104,10 @@ bool hwt__pool_bind_thread(hwt_timer *timer);
 #define HWT_POOL_MAG_SIZE 64
 #define HWT_POOL_THREAD_CACHE_MAX (2 * HWT_POOL_MAG_SIZE + HWT_TIMEOUTS_PER_CHUNK)
 
-/* Free timeouts the depot keeps mapped rather than give back (pool.c). */
+/* Free timeouts the depot keeps mapped rather than give back (pool.c): the
+ * reserve, and more while threads are taking timeouts (a churn). */
 #define HWT_POOL_RESERVE_BYTES (UINT64_C(4) << 20)
+#define HWT_POOL_BUSY_KEEP_BYTES (UINT64_C(16) << 20)
 
 /* For tests: how many timeouts of `timer` the calling thread caches. */
 size_t hwt__pool_thread_cached(hwt_timer *timer);
