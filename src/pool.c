@@ -17,12 +17,15 @@
  *                  handles holds nothing.
  *   the depot      per timer, behind one mutex, taken once per magazine or
  *                  chunk a thread takes or gives back. It keeps every free
- *                  timeout in its own region: a magazine given back is
- *                  sorted into its timeouts' regions (one pass over at most
- *                  MAG_SIZE timeouts the giver has just touched), and each
- *                  region gathers its freed timeouts into magazines again,
- *                  so taking one is O(1). Freed timeouts go out before
- *                  never-used ones (their memory is more likely cached).
+ *                  timeout in its own region, as a stack of magazines: a
+ *                  whole magazine of one region (the usual case: a cache
+ *                  notes each free's region, from the chunk header the
+ *                  free has just read) goes onto its region's stack as it
+ *                  is; any other is sorted into its timeouts' regions (one
+ *                  pass over at most MAG_SIZE timeouts the giver has just
+ *                  touched). Taking a magazine is O(1). Freed timeouts go
+ *                  out before never-used ones (their memory is more likely
+ *                  cached).
  *   regions        1 to 128 chunks of 16 KiB, mapped at once. Each thread's
  *                  regions double from one chunk up to 2 MiB, so a thread
  *                  that schedules little holds little and a busy one maps
@@ -50,8 +53,14 @@
  * count the whole region (none of its timeouts in use, none in any thread's
  * cache) unlinks the region, and the giver unmaps it once it has dropped
  * the lock: at once, with no thread woken for it. Unless the depot would
- * then hold fewer than RESERVE_BYTES worth of free timeouts: that much
- * stays mapped, so that steady churn does not map and unmap in a loop.
+ * then keep too little free: RESERVE_BYTES worth always, so that a load
+ * going up and down a little does not map and unmap in a loop, and up to
+ * HWT_POOL_BUSY_KEEP_BYTES while threads are taking timeouts from it (see
+ * keep_timeouts). A region kept so waits (IDLE) until a later give-back
+ * finds the depot keeps enough without it, or a thread takes from it. So
+ * when a burst is over, what stays mapped is the reserve and at most a
+ * region more; at worst, when the burst's last timeouts come back while
+ * threads still take, the busy allowance and a region.
  *
  * Why nothing touches a region after it is unmapped:
  *   - every timeout of it is free, so nothing refers to one as a timeout in
@@ -71,8 +80,9 @@
  *     once per 64 timeouts at most, by one thread at a time mostly;
  *   - hwt__pool_for_each reads every timeout of every region without the
  *     lock, while other threads may free: it counts itself in `scans`
- *     first, and while a scan runs no region is given back; when the last
- *     scan ends, it gives back what became free meanwhile. The scan does not
+ *     first, and while a scan runs no region is given back (they wait in
+ *     IDLE); when the last scan ends, it gives back what it need not keep
+ *     of them. The scan does not
  *     hold the lock, so frees during it (the scan's own too, through the
  *     worker's cache) take it as usual;
  *   - a region's descriptor lives outside the region, and is freed with it;

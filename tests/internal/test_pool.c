@@ -3,8 +3,8 @@
  * out in memory order from fresh runs, recycled ones from magazines; a
  * thread that exits gives both back, and nothing is ever handed out twice.
  * Regions whose timeouts are all free go back to the system, beyond a
- * reserve, but never during a scan of the pool; a thread caches a bounded
- * number of timeouts. Timeout ids (ids.h) name each timeout of every
+ * reserve (more while threads take timeouts), but never during a scan of
+ * the pool; a thread caches a bounded number of timeouts. Timeout ids (ids.h) name each timeout of every
  * region, and a pool whose ids are used up fails a schedule cleanly.
  */
 #include <pthread.h>
@@ -313,9 +313,21 @@ static bool only_handles_hold(hwt_timeout **h, size_t n)
     return true;
 }
 
-/* A burst well beyond the reserve: once every timeout is free again, the
- * pool keeps the reserve and about a region more (plus what the worker's
- * cache pins), not the burst. */
+/* When a thread last took timeouts from the depot, for the give-backs that
+ * follow: long ago (the depot keeps its reserve), or "now" for ever (it
+ * keeps its busy allowance). */
+static void set_last_take(hwt_timer *timer, int64_t ns)
+{
+    pthread_mutex_lock(&timer->pool.lock);
+    timer->pool.last_take_ns = ns;
+    pthread_mutex_unlock(&timer->pool.lock);
+}
+#define LONG_AGO 0
+#define ALWAYS_NOW (INT64_MAX / 2)
+
+/* A burst well beyond the reserve: once every timeout is free again (and
+ * no thread takes any), the pool keeps the reserve and at most a region
+ * more, not the burst. */
 static void test_freed_regions_go_back(void **state)
 {
     (void)state;
@@ -328,6 +340,7 @@ static void test_freed_regions_go_back(void **state)
     for (size_t i = 0; i < N; i++)
         assert_true(hwt_timeout_cancel(h[i]));
     assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    set_last_take(timer, LONG_AGO);
     for (size_t i = 0; i < N; i++)
         hwt_timeout_release(h[i]);
     assert_int_equal(atomic_load(&timer->refs), 1);
@@ -338,6 +351,38 @@ static void test_freed_regions_go_back(void **state)
     print_message("  %d timeouts: pool of %zu at the peak, %zu once free (bound %zu)\n", N, peak,
                   after, bound);
     assert_true(after <= bound);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* While threads take timeouts, regions that become free are kept, up to
+ * the busy allowance (a churn takes them again at once); once none has
+ * taken any for a while, the next give-back trims to the reserve. */
+static void test_a_busy_depot_keeps_more(void **state)
+{
+    (void)state;
+    enum { N = 600000 }; /* ~29 MB: more than the allowance */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    size_t region = timeouts_in(HWT_MAX_REGION_BYTES);
+    size_t busy = timeouts_in(HWT_POOL_BUSY_KEEP_BYTES);
+
+    set_last_take(timer, ALWAYS_NOW);
+    for (size_t i = 1; i < N; i++)
+        hwt_timeout_release(h[i]);
+    size_t kept_busy = hwt__pool_capacity(&timer->pool);
+    set_last_take(timer, LONG_AGO);
+    hwt_timeout_release(h[0]); /* a give-back after the depot went quiet */
+    size_t kept_quiet = hwt__pool_capacity(&timer->pool);
+    print_message("  %d timeouts free: %zu kept while busy (allowance %zu), %zu once quiet\n", N,
+                  kept_busy, busy, kept_quiet);
+    assert_true(kept_busy + region > busy);
+    assert_true(kept_busy <= busy + region);
+    assert_true(kept_quiet <= timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES));
     free(h);
     hwtt_destroy(timer);
 }
@@ -403,6 +448,7 @@ static void test_no_region_goes_back_during_a_scan(void **state)
         assert_true(hwt_timeout_cancel(h[i]));
     assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
     size_t before = hwt__pool_capacity(&timer->pool);
+    set_last_take(timer, LONG_AGO);
 
     struct scan_ctx ctx = {timer, h, N, 0, 0, 0};
     hwt__pool_for_each(&timer->pool, release_all_then_count, &ctx);
@@ -495,6 +541,7 @@ int main(void)
         cmocka_unit_test_teardown(test_ids_name_every_timeout, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_ids_used_up_is_enomem, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_freed_regions_go_back, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_busy_depot_keeps_more, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
