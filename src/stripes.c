@@ -44,9 +44,11 @@ static void give_back(void *arg)
     atomic_fetch_and_explicit(&owned_mask, ~(UINT32_C(1) << mine), memory_order_release);
 }
 
+static bool have_release_key;
+
 static void make_key(void)
 {
-    pthread_key_create(&release_key, give_back);
+    have_release_key = pthread_key_create(&release_key, give_back) == 0;
 }
 
 /* Claims a free owned stripe, or returns UINT_MAX. */
@@ -68,8 +70,10 @@ unsigned hwt__stripe_assign(void)
 {
     unsigned i = claim();
     if (i != UINT_MAX) {
-        pthread_once(&release_key_once, make_key);
-        if (pthread_setspecific(release_key, &owned_mask) == 0) { /* arms give_back */
+        /* Without a key of its own (none to be had) a thread shares a
+         * stripe: setting an uncreated key would take over another's. */
+        if (pthread_once(&release_key_once, make_key) == 0 && have_release_key &&
+            pthread_setspecific(release_key, &owned_mask) == 0) { /* arms give_back */
             hwt__stripe_owned = true;
             hwt__stripe_of_thread = i;
             return i;

@@ -7,7 +7,11 @@
  * woken for it.
  *
  * Under TSan and valgrind the bursts are 10x smaller (their shadow memory
- * and speed): the bound then says less, the races are still exercised.
+ * and speed). Under any sanitizer or valgrind resident memory is mostly
+ * theirs (shadow memory, which they do not give back; ASan's allocator and
+ * quarantine): the bursts run, the figures are printed, and the bounds are
+ * checked only in plain builds (internal_pool checks the pool's own
+ * accounting everywhere).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -21,6 +25,24 @@
 #define MB (INT64_C(1) << 20)
 #define BOUND (32 * MB)
 #define THREADS 2
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+/* Whether resident memory is the library's and ours to judge. */
+static bool rss_is_ours(void)
+{
+#ifdef SANITIZED
+    return false;
+#else
+    return !hwtt_under_valgrind();
+#endif
+}
 
 static size_t per_thread(void)
 {
@@ -127,7 +149,8 @@ static struct burst_figures run_burst(struct burst *b, int64_t base)
     pthread_barrier_destroy(&b->scheduled);
     pthread_barrier_destroy(&b->measured);
     int64_t t0 = hwtt_now_ns();
-    hwtt_wait_until(rss() - base <= BOUND, hwtt_slack_ms(5000));
+    if (rss_is_ours())
+        hwtt_wait_until(rss() - base <= BOUND, hwtt_slack_ms(5000));
     fig.back_ms = (hwtt_now_ns() - t0) / 1000000;
     fig.back = rss();
     assert_int_equal(hwt_pending_timeouts(b->timer), 0);
@@ -150,10 +173,10 @@ static void print_figures(int burst, int64_t base, struct burst_figures f)
 {
     print_message("  burst %d of %zu x %d timeouts: rss %.1f MB before, %.1f MB at the peak, "
                   "%.1f MB %lld ms after the last release, %.1f MB with the worker idle "
-                  "(+%.1f MB)\n",
+                  "(+%.1f MB)%s\n",
                   burst, per_thread(), THREADS, (double)base / MB, (double)f.peak / MB,
                   (double)f.back / MB, (long long)f.back_ms, (double)f.idle / MB,
-                  (double)(f.idle - base) / MB);
+                  (double)(f.idle - base) / MB, rss_is_ours() ? "" : " - not judged here");
 }
 
 /* One burst: resident memory comes back within 32 MB in 5 s. */
@@ -165,10 +188,11 @@ static void test_burst_memory_goes_back(void **state)
     int64_t base = rss();
     struct burst_figures f = run_burst(&b, base);
     print_figures(1, base, f);
-    if (per_thread() >= 2000000) /* otherwise the peak may be within the bound too */
+    if (rss_is_ours()) {
         assert_true(f.peak - base > 3 * BOUND);
-    assert_true(f.back - base <= BOUND);
-    assert_true(f.idle - base <= BOUND);
+        assert_true(f.back - base <= BOUND);
+        assert_true(f.idle - base <= BOUND);
+    }
     hwtt_destroy(b.timer);
     free(b.handles);
 }
@@ -186,6 +210,8 @@ static void test_bursts_do_not_ratchet(void **state)
     for (int i = 1; i <= 3; i++) {
         struct burst_figures f = run_burst(&b, base);
         print_figures(i, base, f);
+        if (!rss_is_ours())
+            continue;
         assert_true(f.back - base <= BOUND);
         if (i == 1)
             first = f.idle;
