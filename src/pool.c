@@ -175,6 +175,7 @@ static size_t timeouts_in_region(size_t region_bytes)
 #define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
 #define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
 #define BUSY_NS (50 * INT64_C(1000000)) /* a thread took timeouts this recently */
+_Static_assert(HWT_POOL_BUSY_KEEP_BYTES >= HWT_POOL_RESERVE_BYTES, "busy keeps at least the reserve");
 
 /* ---------------------------------------------------------------- lists */
 
@@ -235,10 +236,10 @@ static int64_t coarse_now_ns(void)
  * worker frees, in batches, what they cancelled) regions that become free
  * are needed again within moments, and a page given back and taken again
  * costs a fault and, in VMs, a trap to the host (`hwt-bench churn` took 1.4x
- * the CPU giving back at once). The busy allowance is bounded, so that what
- * a burst leaves behind stays within a few tens of MB even if it ends while
- * threads still take; once none has for BUSY_NS, the next give-back trims
- * to the reserve. */
+ * the CPU giving back at once). The busy allowance is bounded, so that a
+ * burst that ends while threads still take leaves at most it and a region
+ * behind; once none has taken for BUSY_NS, the next give-back trims to the
+ * reserve. */
 static size_t keep_timeouts(const struct hwt__pool *pool)
 {
     if (coarse_now_ns() - pool->last_take_ns < BUSY_NS)
@@ -293,7 +294,8 @@ static void put_locked(struct hwt__pool *pool, ck_stack_entry_t *node, struct hw
             b->first = NULL;
             b->count = 0;
             /* In front, so that takers get whole magazines first. */
-            list_remove(pool, HWT_REGIONS_RECYCLED, r);
+            if (pool->regions[HWT_REGIONS_RECYCLED] != r)
+                list_remove(pool, HWT_REGIONS_RECYCLED, r);
         }
         if (!r->links[HWT_REGIONS_RECYCLED].in)
             list_add(pool, HWT_REGIONS_RECYCLED, r);
