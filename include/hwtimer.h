@@ -228,8 +228,11 @@ HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
  * If `timeout` is not NULL, *timeout receives one reference that the caller
  * ends with hwt_timeout_release(); with NULL the caller holds nothing.
  * Errors: HWT_EINVAL (timer or run NULL, invalid unit), HWT_ESTOPPED,
- * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS. Lock-free on the hot path; never blocks
- * except the first call, which waits for the worker to start.
+ * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS (the worker thread, or the thread key
+ * of the calling thread's timeout cache, could not be had). Lock-free on the
+ * hot path (a short lock once per 64 timeouts at most, to refill the
+ * thread's cache); never blocks except the first call, which waits for the
+ * worker to start.
  * Any thread, including tasks on the worker. */
 HWT_EXTERN int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay,
                                hwt_unit unit, hwt_timeout **timeout);

@@ -170,7 +170,7 @@ struct hwt_timer {
     _Alignas(64) _Atomic int state;
     /* Only with max_pending > 0: the exact reservation count. */
     _Alignas(64) _Atomic int64_t pending;
-    _Atomic uint64_t refs; /* creator's + one per allocated timeout (a magazine at a time) */
+    _Atomic uint64_t refs; /* creator's + one per timeout out of the pool's depot (pool.c) */
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
     _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
     _Atomic int kicked;                       /* someone already woke the worker since it planned */

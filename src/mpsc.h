@@ -7,8 +7,6 @@
  *                      whole stack at once (batch pop: one exchange) and
  *                      reverses it, which restores each producer's order.
  *   cancel stack       the same, through the timeout's stack_link.
- *   pools              ck_stack: anyone pushes, producers pop (mpmc, with a
- *                      generation counter against ABA; memory is type-stable).
  *
  * Why not ck_fifo_mpmc for new timeouts (it was, up to 1.0): its dequeue
  * hands back the *previous* node as garbage and a producer may still touch
@@ -20,8 +18,8 @@
  *
  * ThreadSanitizer cannot see ck's inline-asm atomics. We tell it about the
  * happens-before edges the stacks provide: release on the stack's address
- * before publishing, acquire after taking. The plain `next` reads of
- * ck_stack_pop_mpmc through a stale head are ignored.
+ * before publishing, acquire after taking. The plain store a push makes
+ * into its node before its CAS is ignored.
  */
 #ifndef HWT_MPSC_H
 #define HWT_MPSC_H
@@ -29,10 +27,6 @@
 #include <ck_stack.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#ifndef CK_F_STACK_POP_MPMC
-#error "libhwtimer needs ck_stack_pop_mpmc (a double-width CAS)"
-#endif
 
 #if defined(__SANITIZE_THREAD__)
 #define HWT_TSAN 1
@@ -79,17 +73,6 @@ static inline void hwt__stack_push(ck_stack_t *stack, ck_stack_entry_t *entry)
     HWT_TSAN_IGNORE_END();
 }
 
-/* Any thread (mpmc pop). NULL when empty. */
-static inline ck_stack_entry_t *hwt__stack_pop(ck_stack_t *stack)
-{
-    HWT_TSAN_IGNORE_BEGIN();
-    ck_stack_entry_t *entry = ck_stack_pop_mpmc(stack);
-    HWT_TSAN_IGNORE_END();
-    if (entry != NULL)
-        HWT_TSAN_ACQUIRE(stack);
-    return entry;
-}
-
 /* Takes every entry at once, newest first (linked through ->next). */
 static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
 {
@@ -97,16 +80,6 @@ static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
     if (all != NULL)
         HWT_TSAN_ACQUIRE(stack);
     return all;
-}
-
-/* The newest entry, leaving the stack as it is (for stacks that are only
- * ever pushed to, whose entries are then immutable). */
-static inline ck_stack_entry_t *hwt__stack_peek(ck_stack_t *stack)
-{
-    ck_stack_entry_t *head = ck_pr_load_ptr(&stack->head);
-    if (head != NULL)
-        HWT_TSAN_ACQUIRE(stack);
-    return head;
 }
 
 /* Reverses a list taken with hwt__stack_take_all: oldest first. */

@@ -1,65 +1,152 @@
 /*
  * pool.c - the timeout pool (see pool.h). Any thread.
  *
- * Magazines (Bonwick's slab allocator): free objects travel in chains of up
- * to MAG_SIZE, linked through the object's own free-list field. Each thread
- * caches two chains per object class for the one timer it used last
- * ("loaded" to allocate from and free to, "spare"); only when both are
- * empty or full does it pop or push a whole chain on the timer's depot, a
- * ck_stack (mpmc pop with a generation counter: the memory is type-stable).
+ * Three layers, as in Bonwick's slab allocator with magazines:
  *
- * The timer's reference count holds one reference per object outside the
+ *   thread caches  per thread, for the one timer it used last: two
+ *                  magazines (chains of up to MAG_SIZE freed timeouts,
+ *                  linked through stack_link: "loaded" to allocate from and
+ *                  free to, "spare") and the rest of one never-used chunk,
+ *                  consecutive in memory and taken in order (one write
+ *                  each). No lock and no atomic: most allocations and frees
+ *                  end here. A cache is bound by allocating (and by the
+ *                  worker, to its own timer, at start); a thread gives it
+ *                  back when it allocates from another timer, when it exits
+ *                  (a pthread key destructor), or when it destroys the
+ *                  timer. Freeing never binds: a thread that only releases
+ *                  handles holds nothing.
+ *   the depot      per timer, behind one mutex, taken once per magazine or
+ *                  chunk a thread takes or gives back. It keeps every free
+ *                  timeout in its own region, as a stack of magazines: a
+ *                  whole magazine of one region (the usual case: a cache
+ *                  notes each free's region, from the chunk header the
+ *                  free has just read) goes onto its region's stack as it
+ *                  is; any other is sorted into its timeouts' regions (one
+ *                  pass over at most MAG_SIZE timeouts the giver has just
+ *                  touched). Taking a magazine is O(1). Freed timeouts go
+ *                  out before never-used ones (their memory is more likely
+ *                  cached).
+ *   regions        1 to 128 chunks of 16 KiB, mapped at once. Each thread's
+ *                  regions double from one chunk up to 2 MiB, so a thread
+ *                  that schedules little holds little and a busy one maps
+ *                  few regions. A region hands out its never-used chunks one
+ *                  at a time, in address order, to the thread that mapped
+ *                  it, or to any once that thread has let go of it (a
+ *                  thread does not write into another's region while both
+ *                  fill theirs: in VMs, first writes 16 KiB apart from two
+ *                  threads contend in the host, `hwt-bench schedule` ~85
+ *                  against ~70 ns). Chunk headers are written as their chunk
+ *                  is handed out.
+ *
+ * What a thread may keep cached: two magazines and the rest of one chunk,
+ * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 340 = 468 timeouts (22 KiB), for one
+ * timer at a time. Each cached timeout keeps its region mapped; timeouts
+ * freed together were mostly allocated together, so that is one or two
+ * regions in practice (468 at worst).
+ *
+ * The timer's reference count holds one reference per timeout outside the
  * depot (cached or in use), so its memory outlives every cached or used
- * object. A cache is bound
- * by allocating (and by the worker, to its own timer, at start); a thread
- * gives it back when it allocates from another timer, when it exits (a
- * pthread key destructor), or when it destroys the timer. Freeing never
- * binds: a thread that only releases handles holds nothing.
+ * timeout (hwt__timer_unref_n).
+ *
+ * Giving memory back. Each region counts the timeouts the depot holds of it
+ * (freed, or in chunks never handed out). The give-back that makes the
+ * count the whole region (none of its timeouts in use, none in any thread's
+ * cache) unlinks the region, and the giver unmaps it once it has dropped
+ * the lock: at once, with no thread woken for it. Unless the depot would
+ * then keep too little free: RESERVE_BYTES worth always, so that a load
+ * going up and down a little does not map and unmap in a loop, and up to
+ * HWT_POOL_BUSY_KEEP_BYTES while threads are taking timeouts from it (see
+ * keep_timeouts). A region kept so waits (IDLE) until a later give-back
+ * finds the depot keeps enough without it, or a thread takes from it. So
+ * when a burst is over, what stays mapped is the reserve and at most a
+ * region more; at worst, when the burst's last timeouts come back while
+ * threads still take, the busy allowance and a region.
+ *
+ * Why nothing touches a region after it is unmapped:
+ *   - every timeout of it is free, so nothing refers to one as a timeout in
+ *     use: not a handle, the queues, the wheel, an executor or a
+ *     stop list; each of those holds a reference (timeout.c), and the one
+ *     who drops the last reference frees the timeout as its last access;
+ *   - none is in a thread's cache (those are not counted in the depot), so
+ *     no cache's magazine or never-used run points into it;
+ *   - inside the depot a region's free timeouts are linked only to each
+ *     other (magazines are sorted by region on the way in), and the region
+ *     leaves every list of the depot, under the lock, before it is
+ *     unmapped. Every access to the depot is under the lock, so every
+ *     earlier access to the region's timeouts ended before it was unlinked.
+ *     That is why the depot has a lock: a lock-free one (a ck_stack with
+ *     an mpmc pop) may read a node's link after another thread took the
+ *     node, which needs memory that never goes away. The lock is taken
+ *     once per 64 timeouts at most, by one thread at a time mostly;
+ *   - hwt__pool_for_each reads every timeout of every region without the
+ *     lock, while other threads may free: it counts itself in `scans`
+ *     first, and while a scan runs no region is given back (they wait in
+ *     IDLE); when the last scan ends, it gives back what it need not keep
+ *     of them. The scan does not
+ *     hold the lock, so frees during it (the scan's own too, through the
+ *     worker's cache) take it as usual;
+ *   - a region's descriptor lives outside the region, and is freed with it.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "internal.h"
 
-#define MAG_SIZE 64
+#define MAG_SIZE HWT_POOL_MAG_SIZE
+
+/* Free timeouts the depot keeps mapped rather than give back: a few MiB,
+ * little beside a burst, and some 87 000 timeouts of slack for a load that
+ * goes up and down. */
+#define RESERVE_BYTES HWT_POOL_RESERVE_BYTES
 
 _Static_assert(sizeof(struct hwt__timeout_chunk) <= HWT_CHUNK_HEADER_BYTES, "chunk header fits");
 _Static_assert(HWT_CHUNK_HEADER_BYTES + HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout) ==
                    HWT_TIMEOUT_CHUNK_BYTES,
-               "a chunk's last timeout ends where the next chunk starts (fresh_after)");
+               "a chunk's last timeout ends where the next chunk starts");
 
 struct mag {
-    ck_stack_entry_t *first; /* free-list nodes, linked by ->next */
+    ck_stack_entry_t *first; /* free timeouts, linked by stack_link.next */
     size_t count;
+    struct hwt__region *region; /* of every one of them; NULL: of several */
 };
 
-/* Allocating a recycled timeout prefetches the one this many pops ahead in
- * its magazine, noted by its freer (hwt__timeout_free): one pop ahead is too
- * close to hide a miss to another CPU's cache (`hwt-bench churn`, 10
- * interleaved runs: 55.9 -> 52.8 ns per pair; 8 ahead did no better). */
-#define PREFETCH_AHEAD 4
+struct region_link {
+    struct hwt__region *prev, *next;
+    bool in;
+};
+
+/* A region's descriptor (outside the region: it outlives nothing of it). */
+struct hwt__region {
+    char *base; /* its first chunk */
+    size_t bytes;
+    size_t capacity;     /* timeouts */
+    size_t free;         /* of them in the depot: in mags, building, or never-used chunks */
+    unsigned chunks;     /* bytes / HWT_TIMEOUT_CHUNK_BYTES */
+    unsigned next_chunk; /* the chunks from this one on were never handed out */
+    const void *owner;   /* the thread cache that takes its never-used chunks; NULL: any */
+    ck_stack_entry_t *mags; /* full magazines, linked by their heads' depot_link */
+    struct mag building;    /* freed timeouts, fewer than MAG_SIZE */
+    struct region_link links[HWT_REGION_LISTS];
+    struct hwt__region *gone; /* in a list of regions to unmap once the lock is dropped */
+};
 
 struct thread_cache {
     hwt_timer *timer;
     struct mag loaded, spare;
-    /* The last PREFETCH_AHEAD timeouts freed onto `loaded`, by free count. */
-    hwt_timeout *freed[PREFETCH_AHEAD];
-    size_t freed_count;
-    /* Never used timeouts, consecutive in memory, taken in order: one write
-     * each. (Chaining them first wrote every cold cache line twice.) */
+    /* Never-used timeouts, consecutive in memory, taken in order. */
     hwt_timeout *fresh;
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
 };
 
 static HWT_THREAD_LOCAL struct thread_cache cache;
-static pthread_key_t cache_key;
-static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 
 /* A free timeout links into its magazine through stack_link; the first one
- * of a magazine also heads it: depot_link, and mag_count (in the deadline's
- * place). */
+ * of a magazine in a region's `mags` also heads it: depot_link, and
+ * mag_count (in the deadline's place). */
 static hwt_timeout *object_of(ck_stack_entry_t *node)
 {
     return hwt__timeout_of_stack(node);
@@ -71,130 +158,383 @@ static ck_stack_entry_t *node_of_head(ck_stack_entry_t *depot_link)
     return &t->stack_link;
 }
 
-/* ---------------------------------------------------------------- depot */
-
-/* A depot entry is a magazine (a chain) or, with FRESH in its count, a run
- * of never used timeouts consecutive in memory, not chained. */
-#define FRESH ((size_t)1 << (sizeof(size_t) * 8 - 1))
-
-static void depot_push_head(hwt_timer *timer, hwt_timeout *first, size_t count_and_flag)
+static struct hwt__region *region_of(ck_stack_entry_t *node)
 {
-    first->mag_count = count_and_flag;
-    hwt__stack_push(&timer->pool.depot, &first->depot_link);
+    return hwt__chunk_of(object_of(node))->region;
 }
-
-static void depot_push(hwt_timer *timer, struct mag m)
-{
-    depot_push_head(timer, object_of(m.first), m.count);
-}
-
-/* A magazine or a fresh run (*fresh set) from the depot; count 0 if empty. */
-static struct mag depot_pop(hwt_timer *timer, bool *fresh)
-{
-    struct mag m = {NULL, 0};
-    ck_stack_entry_t *link = hwt__stack_pop(&timer->pool.depot);
-    if (link != NULL) {
-        m.first = node_of_head(link);
-        size_t count = object_of(m.first)->mag_count;
-        *fresh = (count & FRESH) != 0;
-        m.count = count & ~FRESH;
-        atomic_fetch_add_explicit(&timer->refs, m.count, memory_order_relaxed);
-    }
-    return m;
-}
-
-/* ---------------------------------------------------------------- chunks */
-
-/* Timeout memory comes in regions of 16 KiB chunks. A region is one fresh
- * run for the thread that maps it; each thread's regions double from one
- * chunk up to 2 MiB, so a thread that schedules little holds little, and a
- * busy one maps few regions. (Another thread maps its own; a thread that
- * exits gives the rest of its run back to the depot.) Chunk headers are
- * written as the run reaches them, so that new memory is first written in
- * address order: on VMs where each new page's first write traps to the
- * host, writing every chunk's header when the region was mapped (a page in
- * four first, then the rest) cost ~1.5x as much in all (56 MiB populated:
- * 47.7 against 31 ms on one thread). Chunks of one region handed to two
- * threads in turn were slower still: their first writes, 16 KiB apart,
- * contend in the host (`hwt-bench schedule` ~85 against ~70 ns).
- *
- * No transparent huge pages: with 2 MiB-aligned regions and MADV_HUGEPAGE,
- * `hwt-bench schedule` was ~20% faster but the expire workload's lateness
- * p99 doubled (1.3-2.0 -> 1.9-4.4 ms; most likely the producers clearing
- * huge pages in the kernel while the worker is due). */
-#define FIRST_REGION_BYTES HWT_TIMEOUT_CHUNK_BYTES
 
 static size_t timeouts_in_region(size_t region_bytes)
 {
     return region_bytes / HWT_TIMEOUT_CHUNK_BYTES * HWT_TIMEOUTS_PER_CHUNK;
 }
 
-static struct mag grow_timeouts(hwt_timer *timer, struct thread_cache *c)
+#define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
+#define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
+#define BUSY_NS (50 * INT64_C(1000000)) /* a thread took timeouts this recently */
+_Static_assert(HWT_POOL_BUSY_KEEP_BYTES >= HWT_POOL_RESERVE_BYTES, "busy keeps at least the reserve");
+
+/* ---------------------------------------------------------------- lists */
+
+/* The depot's lists of regions (under the lock): ALL, every region;
+ * RECYCLED, those holding freed timeouts (in mags or building); TAILS,
+ * those with never-used chunks; IDLE, those entirely free but kept. */
+static void list_add(struct hwt__pool *pool, int list, struct hwt__region *r)
 {
-    struct mag first = {NULL, 0}; /* a fresh run */
-    size_t bytes = c->region_bytes == 0                         ? FIRST_REGION_BYTES
+    struct region_link *l = &r->links[list];
+    l->prev = NULL;
+    l->next = pool->regions[list];
+    if (l->next != NULL)
+        l->next->links[list].prev = r;
+    pool->regions[list] = r;
+    l->in = true;
+}
+
+static void list_remove(struct hwt__pool *pool, int list, struct hwt__region *r)
+{
+    struct region_link *l = &r->links[list];
+    if (!l->in)
+        return;
+    if (l->prev != NULL)
+        l->prev->links[list].next = l->next;
+    else
+        pool->regions[list] = l->next;
+    if (l->next != NULL)
+        l->next->links[list].prev = l->prev;
+    l->prev = l->next = NULL;
+    l->in = false;
+}
+
+/* ---------------------------------------------------------------- depot */
+
+/* Unlinks a region none of whose timeouts is out of the depot; the caller
+ * unmaps what *gone gathers once it has dropped the lock. */
+static void give_back(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
+{
+    for (int list = 0; list < HWT_REGION_LISTS; list++)
+        list_remove(pool, list, r);
+    pool->free -= r->capacity;
+    pool->capacity -= r->capacity;
+    r->gone = *gone;
+    *gone = r;
+}
+
+/* A coarse CLOCK_MONOTONIC (a few ms of resolution: enough here, and
+ * cheaper than the precise one). */
+static int64_t coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* How many free timeouts the depot keeps: the reserve, or more while
+ * threads are taking timeouts. In a churn (threads scheduling while the
+ * worker frees, in batches, what they cancelled) regions that become free
+ * are needed again within moments, and a page given back and taken again
+ * costs a fault and, in VMs, a trap to the host (`hwt-bench churn` took 1.4x
+ * the CPU giving back at once). The busy allowance is bounded, so that a
+ * burst that ends while threads still take leaves at most it and a region
+ * behind; once none has taken for BUSY_NS, the next give-back trims to the
+ * reserve. */
+static size_t keep_timeouts(const struct hwt__pool *pool)
+{
+    if (coarse_now_ns() - pool->last_take_ns < BUSY_NS)
+        return BUSY_KEEP_TIMEOUTS;
+    return RESERVE_TIMEOUTS;
+}
+
+/* A region became entirely free: back to the system, or kept (IDLE) while
+ * the depot keeps that much or a scan runs. */
+static void region_free(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
+{
+    if (pool->scans == 0 && pool->free - r->capacity >= keep_timeouts(pool))
+        give_back(pool, r, gone);
+    else
+        list_add(pool, HWT_REGIONS_IDLE, r);
+}
+
+/* Gives back the kept regions the depot need not keep any more. Cheap
+ * when there is nothing to do; with less than a whole region beyond what it
+ * keeps free, it does nothing (a small region might have gone). */
+static void trim_idle(struct hwt__pool *pool, struct hwt__region **gone)
+{
+    const size_t region = timeouts_in_region(HWT_MAX_REGION_BYTES);
+    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 ||
+        pool->free < RESERVE_TIMEOUTS + region)
+        return;
+    size_t keep = keep_timeouts(pool);
+    if (pool->free < keep + region)
+        return;
+    for (struct hwt__region *r = pool->regions[HWT_REGIONS_IDLE]; r != NULL;) {
+        struct hwt__region *next = r->links[HWT_REGIONS_IDLE].next;
+        if (pool->free - r->capacity >= keep)
+            give_back(pool, r, gone);
+        r = next;
+    }
+}
+
+/* Takes back a chain of freed timeouts, each into its own region. */
+static void put_locked(struct hwt__pool *pool, ck_stack_entry_t *node, struct hwt__region **gone)
+{
+    while (node != NULL) {
+        ck_stack_entry_t *next = node->next;
+        struct hwt__region *r = region_of(node);
+        struct mag *b = &r->building;
+        node->next = b->first;
+        b->first = node;
+        if (++b->count == MAG_SIZE) {
+            hwt_timeout *head = object_of(b->first);
+            head->mag_count = b->count;
+            head->depot_link.next = r->mags;
+            r->mags = &head->depot_link;
+            b->first = NULL;
+            b->count = 0;
+            /* In front, so that takers get whole magazines first. */
+            if (pool->regions[HWT_REGIONS_RECYCLED] != r)
+                list_remove(pool, HWT_REGIONS_RECYCLED, r);
+        }
+        if (!r->links[HWT_REGIONS_RECYCLED].in)
+            list_add(pool, HWT_REGIONS_RECYCLED, r);
+        pool->free++;
+        if (++r->free == r->capacity)
+            region_free(pool, r, gone);
+        node = next;
+    }
+    trim_idle(pool, gone);
+}
+
+/* Takes back a whole magazine of one region's timeouts, as it is. */
+static void put_whole_locked(struct hwt__pool *pool, struct mag m, struct hwt__region **gone)
+{
+    struct hwt__region *r = m.region;
+    hwt_timeout *head = object_of(m.first);
+    head->mag_count = m.count;
+    head->depot_link.next = r->mags;
+    r->mags = &head->depot_link;
+    if (pool->regions[HWT_REGIONS_RECYCLED] != r) { /* in front: see put_locked */
+        list_remove(pool, HWT_REGIONS_RECYCLED, r);
+        list_add(pool, HWT_REGIONS_RECYCLED, r);
+    }
+    pool->free += m.count;
+    r->free += m.count;
+    if (r->free == r->capacity)
+        region_free(pool, r, gone);
+    trim_idle(pool, gone);
+}
+
+/* Takes back a magazine: as it is if it is whole and of one region (the
+ * usual case: timeouts freed together were mostly allocated together),
+ * else sorted into its timeouts' regions. */
+static void put_mag_locked(struct hwt__pool *pool, struct mag m, struct hwt__region **gone)
+{
+    if (m.count == MAG_SIZE && m.region != NULL)
+        put_whole_locked(pool, m, gone);
+    else if (m.count > 0)
+        put_locked(pool, m.first, gone);
+}
+
+/* Unmaps what give_back unlinked (without the lock: unmapping 2 MiB
+ * takes a while, and nothing else can reach these regions). */
+static void release_regions(struct hwt__region *gone)
+{
+    while (gone != NULL) {
+        struct hwt__region *next = gone->gone;
+        hwt__unmap(gone->base, gone->bytes);
+        hwt__free(gone);
+        gone = next;
+    }
+}
+
+/* Gives a magazine back to the depot, and drops its timeouts' references
+ * to the timer (last: it may free the timer). */
+static void depot_put(hwt_timer *timer, struct mag m)
+{
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&timer->pool.lock);
+    put_mag_locked(&timer->pool, m, &gone);
+    pthread_mutex_unlock(&timer->pool.lock);
+    release_regions(gone);
+    hwt__timer_unref_n(timer, m.count);
+}
+
+/* Writes the header of chunk k of a region, as it is handed out. */
+static char *chunk_out(hwt_timer *timer, struct hwt__region *r, unsigned k)
+{
+    struct hwt__timeout_chunk *chunk =
+        (struct hwt__timeout_chunk *)(r->base + (size_t)k * HWT_TIMEOUT_CHUNK_BYTES);
+    chunk->timer = timer;
+    chunk->region = r;
+    return (char *)chunk;
+}
+
+/* What a thread gets from the depot: a magazine of freed timeouts, or a
+ * never-used chunk (the chunk's region and number). */
+struct take {
+    struct mag mag;
+    struct hwt__region *fresh_region;
+    unsigned fresh_chunk;
+};
+
+/* A magazine, else a never-used chunk of a region that `c` owns or nobody
+ * does; count 0 if the depot has neither. */
+static struct take take_locked(struct hwt__pool *pool, const struct thread_cache *c)
+{
+    struct take got = {{NULL, 0, NULL}, NULL, 0};
+    pool->last_take_ns = coarse_now_ns();
+    struct hwt__region *r = pool->regions[HWT_REGIONS_RECYCLED];
+    if (r != NULL) {
+        list_remove(pool, HWT_REGIONS_IDLE, r);
+        if (r->mags != NULL) {
+            ck_stack_entry_t *head = r->mags;
+            r->mags = head->next;
+            got.mag.first = node_of_head(head);
+            got.mag.count = object_of(got.mag.first)->mag_count;
+        } else {
+            got.mag = r->building;
+            r->building.first = NULL;
+            r->building.count = 0;
+        }
+        got.mag.region = r;
+        if (r->mags == NULL && r->building.count == 0)
+            list_remove(pool, HWT_REGIONS_RECYCLED, r);
+        r->free -= got.mag.count;
+        pool->free -= got.mag.count;
+        return got;
+    }
+    struct hwt__region *any = NULL;
+    for (r = pool->regions[HWT_REGIONS_TAILS]; r != NULL; r = r->links[HWT_REGIONS_TAILS].next) {
+        if (r->owner == c)
+            break;
+        if (r->owner == NULL && any == NULL)
+            any = r;
+    }
+    if (r == NULL)
+        r = any;
+    if (r == NULL)
+        return got;
+    list_remove(pool, HWT_REGIONS_IDLE, r);
+    got.fresh_region = r;
+    got.fresh_chunk = r->next_chunk++;
+    if (r->next_chunk == r->chunks)
+        list_remove(pool, HWT_REGIONS_TAILS, r);
+    got.mag.count = HWT_TIMEOUTS_PER_CHUNK;
+    r->free -= got.mag.count;
+    pool->free -= got.mag.count;
+    return got;
+}
+
+/* Maps a new region for the calling thread: its first chunk is the thread's,
+ * the others wait in the depot for it. False when memory ran out;
+ * nothing changed then. */
+static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
+{
+    size_t bytes = c->region_bytes == 0                         ? HWT_TIMEOUT_CHUNK_BYTES
                    : c->region_bytes * 2 > HWT_MAX_REGION_BYTES ? HWT_MAX_REGION_BYTES
                                                                 : c->region_bytes * 2;
-    char *region = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
-    if (region == NULL)
-        return first;
+    char *base = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
+    if (base == NULL)
+        return false;
+    struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);
+    if (r == NULL) {
+        hwt__free(r);
+        hwt__unmap(base, bytes);
+        return false;
+    }
+    memset(r, 0, sizeof *r);
+    r->base = base;
+    r->bytes = bytes;
+    r->capacity = timeouts_in_region(bytes);
+    r->chunks = (unsigned)(bytes / HWT_TIMEOUT_CHUNK_BYTES);
+    r->next_chunk = 1;
+    r->free = r->capacity - HWT_TIMEOUTS_PER_CHUNK;
+    r->owner = c;
     c->region_bytes = bytes;
-    struct hwt__timeout_chunk *head = (struct hwt__timeout_chunk *)region;
-    head->timer = timer;
-    head->region_bytes = bytes;
-    hwt_timeout *run = (hwt_timeout *)(region + HWT_CHUNK_HEADER_BYTES);
-    first = (struct mag){&run->stack_link, timeouts_in_region(bytes)};
-    hwt__stack_push(&timer->pool.regions, &head->region_link);
-    atomic_fetch_add_explicit(&timer->refs, first.count, memory_order_relaxed);
-    return first;
+
+    struct hwt__pool *pool = &timer->pool;
+    pthread_mutex_lock(&pool->lock);
+    list_add(pool, HWT_REGIONS_ALL, r);
+    if (r->chunks > 1)
+        list_add(pool, HWT_REGIONS_TAILS, r);
+    pool->capacity += r->capacity;
+    pool->free += r->free;
+    pthread_mutex_unlock(&pool->lock);
+
+    *got = (struct take){{NULL, HWT_TIMEOUTS_PER_CHUNK, NULL}, r, 0};
+    return true;
 }
+
+/* ---------------------------------------------------------------- pool */
 
 int hwt__pool_init(struct hwt__pool *pool)
 {
     memset(pool, 0, sizeof *pool);
-    return 0;
-}
-
-static struct hwt__timeout_chunk *region_of(ck_stack_entry_t *region_link)
-{
-    return (struct hwt__timeout_chunk *)((char *)region_link -
-                                         offsetof(struct hwt__timeout_chunk, region_link));
+    /* Adaptive: a waiter spins a little before it sleeps. The lock is held
+     * for a few dozen ns at a time, while a futex sleep and wake-up cost
+     * microseconds (more in VMs). */
+    pthread_mutexattr_t attr;
+    int err = pthread_mutexattr_init(&attr);
+    if (err == 0) {
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+        err = pthread_mutex_init(&pool->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    return err != 0 ? HWT_ESYS : 0;
 }
 
 void hwt__pool_destroy(struct hwt__pool *pool)
 {
-    ck_stack_entry_t *e = hwt__stack_take_all(&pool->regions);
-    while (e != NULL) {
-        ck_stack_entry_t *next = e->next;
-        struct hwt__timeout_chunk *head = region_of(e);
-        hwt__unmap(head, head->region_bytes);
-        e = next;
+    struct hwt__region *r = pool->regions[HWT_REGIONS_ALL];
+    while (r != NULL) {
+        struct hwt__region *next = r->links[HWT_REGIONS_ALL].next;
+        hwt__unmap(r->base, r->bytes);
+        hwt__free(r);
+        r = next;
     }
+    memset(pool->regions, 0, sizeof pool->regions);
+    pthread_mutex_destroy(&pool->lock);
 }
 
 size_t hwt__pool_capacity(struct hwt__pool *pool)
 {
-    size_t n = 0;
-    for (ck_stack_entry_t *e = hwt__stack_peek(&pool->regions); e != NULL; e = e->next)
-        n += timeouts_in_region(region_of(e)->region_bytes);
+    pthread_mutex_lock(&pool->lock);
+    size_t n = pool->capacity;
+    pthread_mutex_unlock(&pool->lock);
     return n;
 }
 
 void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
                         void *ctx)
 {
-    for (ck_stack_entry_t *e = hwt__stack_peek(&pool->regions); e != NULL; e = e->next) {
-        char *region = (char *)region_of(e);
-        size_t bytes = region_of(e)->region_bytes;
-        for (size_t off = 0; off < bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
-            hwt_timeout *t = (hwt_timeout *)(region + off + HWT_CHUNK_HEADER_BYTES);
+    pthread_mutex_lock(&pool->lock);
+    pool->scans++;
+    struct hwt__region *r = pool->regions[HWT_REGIONS_ALL];
+    pthread_mutex_unlock(&pool->lock);
+    /* No region leaves ALL while scans > 0; one added meanwhile goes in
+     * front of where this walk started, and is not walked. */
+    for (; r != NULL; r = r->links[HWT_REGIONS_ALL].next) {
+        for (size_t off = 0; off < r->bytes; off += HWT_TIMEOUT_CHUNK_BYTES) {
+            hwt_timeout *t = (hwt_timeout *)(r->base + off + HWT_CHUNK_HEADER_BYTES);
             for (size_t i = 0; i < HWT_TIMEOUTS_PER_CHUNK; i++)
                 fn(ctx, &t[i]);
         }
     }
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&pool->lock);
+    if (--pool->scans == 0) /* what became free meanwhile waits in IDLE */
+        trim_idle(pool, &gone);
+    pthread_mutex_unlock(&pool->lock);
+    release_regions(gone);
 }
 
 /* ---------------------------------------------------------------- caches */
+
+/* Chains the never-used timeouts of a run (to give them back as freed). */
+static ck_stack_entry_t *chain_run(hwt_timeout *first, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        first[i].stack_link.next = i + 1 < n ? &first[i + 1].stack_link : NULL;
+    return n > 0 ? &first->stack_link : NULL;
+}
 
 /* Gives the calling thread's cache back to its timer and unbinds it. */
 static void flush(struct thread_cache *c)
@@ -202,51 +542,78 @@ static void flush(struct thread_cache *c)
     hwt_timer *timer = c->timer;
     if (timer == NULL)
         return;
-    size_t returned = 0;
-    struct mag *mags[2] = {&c->loaded, &c->spare};
-    for (int i = 0; i < 2; i++) {
-        if (mags[i]->count > 0) {
-            depot_push(timer, *mags[i]);
-            returned += mags[i]->count;
-        }
-        mags[i]->first = NULL;
-        mags[i]->count = 0;
-    }
-    if (c->fresh_count > 0) {
-        depot_push_head(timer, c->fresh, c->fresh_count | FRESH);
-        returned += c->fresh_count;
-        c->fresh = NULL;
-        c->fresh_count = 0;
-    }
-    c->timer = NULL;
-    c->region_bytes = 0;
+    struct hwt__pool *pool = &timer->pool;
+    ck_stack_entry_t *fresh = chain_run(c->fresh, c->fresh_count);
+    size_t returned = c->loaded.count + c->spare.count + c->fresh_count;
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&pool->lock);
+    put_mag_locked(pool, c->loaded, &gone);
+    put_mag_locked(pool, c->spare, &gone);
+    put_locked(pool, fresh, &gone);
+    /* Its regions' never-used chunks go to whoever needs them. */
+    for (struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
+         r = r->links[HWT_REGIONS_TAILS].next)
+        if (r->owner == c)
+            r->owner = NULL;
+    pthread_mutex_unlock(&pool->lock);
+    release_regions(gone);
+    memset(c, 0, sizeof *c);
     if (returned > 0)
         hwt__timer_unref_n(timer, returned);
 }
+
+/* The cache's thread-exit destructor. Its key is made on first need, not
+ * with pthread_once: a process that had run out of keys may have one again
+ * later, and the next schedule should then work. */
+static pthread_key_t cache_key;
+static atomic_bool cache_key_made;
+static pthread_mutex_t cache_key_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void flush_at_thread_exit(void *c)
 {
     flush(c);
 }
 
-static void make_key(void)
+/* 0 or the error of pthread_key_create. */
+static int have_cache_key(void)
 {
-    pthread_key_create(&cache_key, flush_at_thread_exit);
+    if (atomic_load_explicit(&cache_key_made, memory_order_acquire))
+        return 0;
+    int err = 0;
+    pthread_mutex_lock(&cache_key_lock);
+    if (!atomic_load_explicit(&cache_key_made, memory_order_relaxed)) {
+        err = pthread_key_create(&cache_key, flush_at_thread_exit);
+        if (err == 0)
+            atomic_store_explicit(&cache_key_made, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&cache_key_lock);
+    return err;
 }
 
-static struct thread_cache *bind(hwt_timer *timer)
+/* Binds the calling thread's cache to `timer`: false, with nothing changed,
+ * when the thread-exit destructor cannot be armed (the cache would then
+ * keep the timer's memory forever once the thread exits). */
+static bool bind(hwt_timer *timer)
 {
     struct thread_cache *c = &cache;
-    if (c->timer != timer) {
-        if (c->timer != NULL)
-            flush(c);
-        else {
-            pthread_once(&cache_key_once, make_key);
-            pthread_setspecific(cache_key, c); /* arms the exit destructor */
+    if (c->timer == timer)
+        return true;
+    if (c->timer == NULL) {
+        /* Armed afresh each time: the destructor disarms it, and a later
+         * destructor of the same exiting thread may schedule again. */
+        int err = have_cache_key();
+        if (err == 0)
+            err = pthread_setspecific(cache_key, c);
+        if (err != 0) {
+            hwt__log(timer, HWT_LOG_ERROR, "no thread key for the timeout cache: %s",
+                     strerror(err));
+            return false;
         }
-        c->timer = timer;
+    } else {
+        flush(c);
     }
-    return c;
+    c->timer = timer;
+    return true;
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)
@@ -260,71 +627,66 @@ void hwt__pool_drop_thread_cache(void)
     memset(&cache, 0, sizeof cache);
 }
 
-void hwt__pool_bind_thread(hwt_timer *timer)
+bool hwt__pool_bind_thread(hwt_timer *timer)
 {
-    bind(timer);
+    return bind(timer);
 }
 
-/* The timeout a fresh run continues with after t: the next one, or past a
- * chunk's end the first of the next chunk, whose header is written now
- * (the same timer). Only while the run has more. */
-static hwt_timeout *fresh_after(hwt_timeout *t)
+size_t hwt__pool_thread_cached(hwt_timer *timer)
 {
-    char *next = (char *)(t + 1);
-    if (((uintptr_t)next & (HWT_TIMEOUT_CHUNK_BYTES - 1)) != 0)
-        return t + 1;
-    struct hwt__timeout_chunk *chunk = (struct hwt__timeout_chunk *)next;
-    const struct hwt__timeout_chunk *before =
-        (const struct hwt__timeout_chunk *)(next - HWT_TIMEOUT_CHUNK_BYTES);
-    chunk->timer = before->timer;
-    return (hwt_timeout *)(next + HWT_CHUNK_HEADER_BYTES);
+    const struct thread_cache *c = &cache;
+    return c->timer == timer ? c->loaded.count + c->spare.count + c->fresh_count : 0;
 }
 
-hwt_timeout *hwt__timeout_alloc(hwt_timer *timer)
+/* Fills the empty cache from the depot, or from a new region. */
+static bool refill(hwt_timer *timer, struct thread_cache *c)
 {
-    struct thread_cache *c = bind(timer);
+    struct take got;
+    pthread_mutex_lock(&timer->pool.lock);
+    got = take_locked(&timer->pool, c);
+    pthread_mutex_unlock(&timer->pool.lock);
+    if (got.mag.count == 0 && !grow(timer, c, &got))
+        return false;
+    atomic_fetch_add_explicit(&timer->refs, got.mag.count, memory_order_relaxed);
+    if (got.fresh_region != NULL) {
+        char *chunk = chunk_out(timer, got.fresh_region, got.fresh_chunk);
+        c->fresh = (hwt_timeout *)(chunk + HWT_CHUNK_HEADER_BYTES);
+        c->fresh_count = got.mag.count;
+    } else {
+        c->loaded = got.mag;
+    }
+    return true;
+}
+
+int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out)
+{
+    struct thread_cache *c = &cache;
+    if (c->timer != timer && !bind(timer))
+        return HWT_ESYS;
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {
         *m = c->spare;
-        c->spare.first = NULL;
-        c->spare.count = 0;
-        c->freed_count = 0; /* a new chain: later frees start over */
+        c->spare = (struct mag){NULL, 0, NULL};
     }
-    if (m->count == 0 && c->fresh_count == 0) {
-        bool fresh = true;
-        struct mag got = depot_pop(timer, &fresh);
-        if (got.count == 0)
-            got = grow_timeouts(timer, c);
-        if (got.count == 0)
-            return NULL;
-        if (fresh) {
-            c->fresh = object_of(got.first);
-            c->fresh_count = got.count;
-        } else {
-            *m = got;
-            c->freed_count = 0;
-        }
-    }
+    if (m->count == 0 && c->fresh_count == 0 && !refill(timer, c))
+        return HWT_ENOMEM;
     hwt_timeout *t;
-    if (m->count > 0) { /* recycled first: its memory is more likely cached */
+    if (m->count > 0) { /* freed ones first: their memory is more likely cached */
         ck_stack_entry_t *node = m->first;
         m->first = node->next;
         m->count--;
         t = object_of(node);
-        /* Recycled memory is often in another CPU's cache: fetch the one
-         * PREFETCH_AHEAD pops ahead, which its freer noted (any address of
-         * the pool is safe to prefetch). */
-        if (t->arg != NULL)
-            __builtin_prefetch(t->arg, 1);
-        else if (m->first != NULL)
+        /* Recycled memory is often in another CPU's cache: start fetching
+         * the next one (a prefetch never faults, whatever the address). */
+        if (m->first != NULL)
             __builtin_prefetch(object_of(m->first), 1);
     } else {
-        t = c->fresh;
+        t = c->fresh++;
         c->fresh_count--;
-        c->fresh = c->fresh_count > 0 ? fresh_after(t) : NULL;
     }
     memset(t, 0, sizeof *t);
-    return t;
+    *out = t;
+    return 0;
 }
 
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
@@ -336,30 +698,25 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
          * binding here could pin a destroyed timer's memory to a thread that
          * merely released its last handle. Straight back to the depot. */
         node->next = NULL;
-        timeout->arg = NULL; /* nothing to prefetch after it */
-        depot_push(timer, (struct mag){node, 1});
-        hwt__timer_unref_n(timer, 1);
+        depot_put(timer, (struct mag){node, 1, NULL});
         return;
     }
     struct mag *m = &c->loaded;
     if (m->count >= MAG_SIZE) {
         struct mag full = c->spare;
         c->spare = *m;
-        m->first = NULL;
-        m->count = 0;
-        c->freed_count = 0;
-        if (full.count > 0) {
-            depot_push(timer, full);
-            hwt__timer_unref_n(timer, full.count); /* never the last: `timeout` is ours */
-        }
+        *m = (struct mag){NULL, 0, NULL};
+        if (full.count > 0) /* never the last reference: `timeout` is ours */
+            depot_put(timer, full);
     }
+    /* The chunk header was just read (hwt__timer_of): noting the region
+     * costs no miss, and lets a magazine of one region go back whole. */
+    struct hwt__region *r = hwt__chunk_of(timeout)->region;
+    if (m->count == 0)
+        m->region = r;
+    else if (m->region != r)
+        m->region = NULL;
     node->next = m->first;
     m->first = node;
     m->count++;
-    /* Popped PREFETCH_AHEAD pops before the one freed that many frees ago:
-     * note it in the free timeout's `arg` (unused while free). */
-    size_t slot = c->freed_count % PREFETCH_AHEAD;
-    timeout->arg = c->freed_count >= PREFETCH_AHEAD ? c->freed[slot] : NULL;
-    c->freed[slot] = timeout;
-    c->freed_count++;
 }

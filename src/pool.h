@@ -1,42 +1,54 @@
 /*
  * pool.h - a per-timer pool of timeouts, with per-thread caches, so that
  * scheduling neither calls malloc nor touches a shared cache line per
- * timeout.
+ * timeout, and whose memory goes back to the system once a burst is over.
  *
- * Memory is type-stable: chunks are allocated on demand and only freed with
- * the timer's memory (after the last timeout reference is gone). Timeouts
- * live in aligned chunks whose header names their timer, so a timeout finds
- * its timer without storing a pointer. Any thread may allocate or free.
+ * Timeouts live in aligned 16 KiB chunks whose header names their timer (so
+ * a timeout finds its timer without storing a pointer) and their region:
+ * chunks come in regions of up to 2 MiB, mapped on demand and unmapped when
+ * every timeout in them is free again (pool.c says when and why it is safe).
+ * Any thread may allocate or free.
  */
 #ifndef HWT_POOL_H
 #define HWT_POOL_H
 
 #include <ck_stack.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "hwtimer.h"
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
-/* As many timeouts as fit beside the header, which takes the rest (32 bytes
- * with 56-byte timeouts): a chunk's last timeout ends at the chunk's end. */
+/* As many timeouts as fit beside the header, which takes the rest: a
+ * chunk's last timeout ends at the chunk's end. */
 #define HWT_TIMEOUTS_PER_CHUNK                                                                     \
     ((HWT_TIMEOUT_CHUNK_BYTES - sizeof(struct hwt__timeout_chunk)) / sizeof(hwt_timeout))
 #define HWT_CHUNK_HEADER_BYTES                                                                     \
     (HWT_TIMEOUT_CHUNK_BYTES - HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout))
 #define HWT_MAX_REGION_BYTES (UINT64_C(2) << 20) /* chunks come in regions of up to this */
 
+struct hwt__region; /* pool.c */
+
+/* The lists of regions a pool keeps (pool.c). */
+enum { HWT_REGIONS_ALL, HWT_REGIONS_RECYCLED, HWT_REGIONS_TAILS, HWT_REGIONS_IDLE, HWT_REGION_LISTS };
+
 struct hwt__pool {
-    _Alignas(16) ck_stack_t depot;   /* full magazines */
-    _Alignas(16) ck_stack_t regions; /* every region, for the final free */
+    /* The depot: what no thread holds. Taken once per magazine (64
+     * timeouts) or never-used chunk a thread takes or gives back. */
+    pthread_mutex_t lock;
+    struct hwt__region *regions[HWT_REGION_LISTS];
+    size_t capacity; /* timeouts in the pool's regions */
+    size_t free;     /* of them in the depot (freed, or never handed out) */
+    int64_t last_take_ns; /* when a thread last took timeouts (a coarse clock) */
+    unsigned scans;       /* hwt__pool_for_each in progress: no region goes back */
 };
 
-/* Header of a timeout chunk, at its aligned start. Chunks come in regions
- * of one or more; the first chunk of a region also records the region. */
+/* Header of a timeout chunk, at its aligned start. */
 struct hwt__timeout_chunk {
     hwt_timer *timer;
-    ck_stack_entry_t region_link;
-    size_t region_bytes;
+    struct hwt__region *region;
 };
 
 /* The chunk a timeout lives in. */
@@ -51,18 +63,24 @@ static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
     return hwt__chunk_of(timeout)->timer;
 }
 
-/* 0 or HWT_ENOMEM. */
+/* 0, HWT_ENOMEM or HWT_ESYS (the depot's lock). */
 int hwt__pool_init(struct hwt__pool *pool);
-/* Frees every chunk. Only when no object of the pool is in use or cached. */
+/* Unmaps every region. Only when no object of the pool is in use or cached. */
 void hwt__pool_destroy(struct hwt__pool *pool);
 
-/* A zeroed timeout of `timer`, or NULL when memory is exhausted. */
-hwt_timeout *hwt__timeout_alloc(hwt_timer *timer);
+/* A zeroed timeout of `timer` in *out: 0, HWT_ENOMEM when memory is
+ * exhausted, or HWT_ESYS when the calling thread's cache cannot be set up
+ * (no thread key to be had). Nothing changes on failure. Any thread. */
+int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out);
+/* Any thread; `timeout` must not be touched afterwards (its memory may go
+ * back to the system). */
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 
 /* Scanning every timeout of a pool, in memory order (free ones too): for the
- * final drain, when no thread can allocate from the pool any more. A free
- * timeout has no worker flags (wflags) set. */
+ * final drain, when no thread can allocate from the pool any more (other
+ * threads may still free; `fn` may free too). No region goes back to the
+ * system during the scan. A free timeout is not linked in the wheel (its
+ * node's prev stays NULL while free). */
 size_t hwt__pool_capacity(struct hwt__pool *pool);
 void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
                         void *ctx);
@@ -76,7 +94,22 @@ void hwt__pool_forget_thread(hwt_timer *timer);
 void hwt__pool_drop_thread_cache(void);
 
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
- * frees are then cached, and given back when it exits). */
-void hwt__pool_bind_thread(hwt_timer *timer);
+ * frees are then cached, and given back when it exits). False when no
+ * thread key could be had: the thread's frees then go straight to the
+ * depot. */
+bool hwt__pool_bind_thread(hwt_timer *timer);
+
+/* The most a thread caches for the timer it is bound to: two magazines of
+ * freed timeouts and what is left of one never-used chunk. */
+#define HWT_POOL_MAG_SIZE 64
+#define HWT_POOL_THREAD_CACHE_MAX (2 * HWT_POOL_MAG_SIZE + HWT_TIMEOUTS_PER_CHUNK)
+
+/* Free timeouts the depot keeps mapped rather than give back (pool.c): the
+ * reserve, and more while threads are taking timeouts (a churn). */
+#define HWT_POOL_RESERVE_BYTES (UINT64_C(4) << 20)
+#define HWT_POOL_BUSY_KEEP_BYTES (UINT64_C(16) << 20)
+
+/* For tests: how many timeouts of `timer` the calling thread caches. */
+size_t hwt__pool_thread_cached(hwt_timer *timer);
 
 #endif

@@ -122,10 +122,11 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
         hwt__pending_sub(timer, 1);
         return fail(stripe, HWT_ENOMEM);
     }
-    hwt_timeout *t = hwt__timeout_alloc(timer);
-    if (t == NULL) {
+    hwt_timeout *t;
+    rc = hwt__timeout_alloc(timer, &t);
+    if (rc != 0) {
         hwt__pending_sub(timer, 1);
-        return fail(stripe, HWT_ENOMEM);
+        return fail(stripe, rc);
     }
     if (pair != NULL)
         t->pair = pair;

@@ -194,9 +194,10 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     timer->moved_queued_min = INT64_MAX;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
-    if (hwt__pool_init(&timer->pool) != 0) {
+    int rc = hwt__pool_init(&timer->pool);
+    if (rc != 0) {
         hwt__free(timer);
-        return HWT_ENOMEM;
+        return rc;
     }
     if (!hwt__wheel_init(&timer->wheel, wheel_len, tick_ns)) {
         hwt__pool_destroy(&timer->pool);

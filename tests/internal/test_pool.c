@@ -2,8 +2,10 @@
  * test_pool.c - the timeout pool (pool.c): never used timeouts are handed
  * out in memory order from fresh runs, recycled ones from magazines; a
  * thread that exits gives both back, and nothing is ever handed out twice.
- * Every timeout of every region lies whole inside a chunk that names its
- * timer.
+ * Regions whose timeouts are all free go back to the system, beyond a
+ * reserve (more while threads take timeouts), but never during a scan of
+ * the pool; a thread caches a bounded number of timeouts; every timeout lies
+ * whole inside a chunk that names its timer; the stop's scan skips free ones.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -171,58 +173,6 @@ static void test_nothing_is_handed_out_twice(void **state)
     hwtt_destroy(timer);
 }
 
-/* The stop's fast drain scans every timeout of the pool, free ones too, and
- * takes those whose wheel node is linked: timeouts that were in the wheel,
- * then cancelled (unlinked by the worker) and freed, must not look linked -
- * only the live ones are handed back and counted out of the wheel. */
-static void test_stop_scan_skips_free_timeouts(void **state)
-{
-    (void)state;
-    enum { N = 3000 };
-    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
-    hwt_timeout **h = calloc(2 * N, sizeof *h);
-    assert_non_null(h);
-    hwtt_rec rec = {0};
-    struct sched_job job = {timer, 2 * N, h, &rec, 0};
-    schedule_n(&job);
-    assert_int_equal(job.failures, 0);
-    /* All in the wheel first: a timeout due now wakes the worker, which
-     * moves everything queued before it. */
-    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 0, HWT_MILLISECONDS, NULL),
-                     0);
-    assert_true(
-        hwtt_wait_until(atomic_load(&rec.ran) == 1 && atomic_load(&timer->transferred) == 2 * N + 1,
-                        hwtt_slack_ms(2000)));
-    size_t live = 0;
-    for (size_t i = 0; i < 2 * N; i++) {
-        if (i % 2 == 0) {
-            assert_true(hwt_timeout_cancel(h[i]));
-            hwt_timeout_release(h[i]);
-        } else {
-            h[live++] = h[i];
-        }
-    }
-    /* Unlinked and their callbacks called: free once their handles are gone. */
-    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == N, hwtt_slack_ms(2000)));
-    /* The scan, not the walk of the buckets (worker.c, drain_wheel). */
-    assert_true(N > hwt__pool_capacity(&timer->pool) / 8);
-
-    hwt_timeout **list;
-    size_t count;
-    assert_int_equal(hwt_stop(timer, &list, &count), 0);
-    assert_int_equal(count, live);
-    qsort(h, live, sizeof *h, cmp_ptr);
-    qsort(list, count, sizeof *list, cmp_ptr);
-    assert_memory_equal(h, list, count * sizeof *list);
-    assert_int_equal(atomic_load(&rec.cb), N); /* no cancelled callback again */
-    assert_int_equal(timer->wheel.count, 0);   /* the worker has ended: its wheel took just those */
-    hwt_timeouts_release(list, count);
-    for (size_t i = 0; i < live; i++)
-        hwt_timeout_release(h[i]);
-    free(h);
-    hwtt_destroy(timer);
-}
-
 /* 16 threads, alive together, each schedule one timeout: each maps one
  * chunk, not a region that doubles with every thread (16 threads would
  * then hold 16 KiB, 32 KiB, ... 2 MiB, 2 MiB...). */
@@ -306,6 +256,301 @@ static void test_chunks_hold_whole_timeouts(void **state)
     hwtt_destroy(timer);
 }
 
+/* The stop's fast drain scans every timeout of the pool, free ones too, and
+ * takes those whose wheel node is linked: timeouts that were in the wheel,
+ * then cancelled (unlinked by the worker) and freed, must not look linked -
+ * only the live ones are handed back and counted out of the wheel. */
+static void test_stop_scan_skips_free_timeouts(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timeout **h = calloc(2 * N, sizeof *h);
+    assert_non_null(h);
+    hwtt_rec rec = {0};
+    struct sched_job job = {timer, 2 * N, h, &rec, 0};
+    schedule_n(&job);
+    assert_int_equal(job.failures, 0);
+    /* All in the wheel first: a timeout due now wakes the worker, which
+     * moves everything queued before it. */
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 0, HWT_MILLISECONDS, NULL),
+                     0);
+    assert_true(
+        hwtt_wait_until(atomic_load(&rec.ran) == 1 && atomic_load(&timer->transferred) == 2 * N + 1,
+                        hwtt_slack_ms(2000)));
+    size_t live = 0;
+    for (size_t i = 0; i < 2 * N; i++) {
+        if (i % 2 == 0) {
+            assert_true(hwt_timeout_cancel(h[i]));
+            hwt_timeout_release(h[i]);
+        } else {
+            h[live++] = h[i];
+        }
+    }
+    /* Unlinked and their callbacks called: free once their handles are gone. */
+    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == N, hwtt_slack_ms(2000)));
+    /* The scan, not the walk of the buckets (worker.c, drain_wheel). */
+    assert_true(N > hwt__pool_capacity(&timer->pool) / 8);
+
+    hwt_timeout **list;
+    size_t count;
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, live);
+    qsort(h, live, sizeof *h, cmp_ptr);
+    qsort(list, count, sizeof *list, cmp_ptr);
+    assert_memory_equal(h, list, count * sizeof *list);
+    assert_int_equal(atomic_load(&rec.cb), N); /* no cancelled callback again */
+    assert_int_equal(timer->wheel.count, 0);   /* the worker has ended: its wheel took just those */
+    hwt_timeouts_release(list, count);
+    for (size_t i = 0; i < live; i++)
+        hwt_timeout_release(h[i]);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* Timeouts in `bytes` of regions. */
+static size_t timeouts_in(uint64_t bytes)
+{
+    return (size_t)(bytes / HWT_TIMEOUT_CHUNK_BYTES) * HWT_TIMEOUTS_PER_CHUNK;
+}
+
+/* Schedules n one-hour timeouts with handles from a thread that then exits
+ * (its cache goes back to the depot). */
+static hwt_timeout **schedule_kept(hwt_timer *timer, size_t n)
+{
+    static hwtt_rec rec; /* counts nothing these tests look at */
+    hwt_timeout **h = calloc(n, sizeof *h);
+    assert_non_null(h);
+    struct sched_job job = {timer, n, h, &rec, 0};
+    schedule_on_thread(&job);
+    return h;
+}
+
+/* The worker let go of these cancelled timeouts: only their handles hold
+ * them. */
+static bool only_handles_hold(hwt_timeout **h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load(&h[i]->refs) != 1)
+            return false;
+    return true;
+}
+
+/* When a thread last took timeouts from the depot, for the give-backs that
+ * follow: long ago (the depot keeps its reserve), or "now" for ever (it
+ * keeps its busy allowance). */
+static void set_last_take(hwt_timer *timer, int64_t ns)
+{
+    pthread_mutex_lock(&timer->pool.lock);
+    timer->pool.last_take_ns = ns;
+    pthread_mutex_unlock(&timer->pool.lock);
+}
+#define LONG_AGO 0
+#define ALWAYS_NOW (INT64_MAX / 2)
+
+/* A burst well beyond the reserve: once every timeout is free again (and
+ * no thread takes any), the pool keeps the reserve and at most a region
+ * more, not the burst. */
+static void test_freed_regions_go_back(void **state)
+{
+    (void)state;
+    enum { N = 400000 }; /* ~19 MB: regions up to 2 MiB */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    size_t peak = hwt__pool_capacity(&timer->pool);
+    assert_true(peak >= N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    set_last_take(timer, LONG_AGO);
+    for (size_t i = 0; i < N; i++)
+        hwt_timeout_release(h[i]);
+    assert_int_equal(atomic_load(&timer->refs), 1);
+    /* What stays: fully free regions while the rest is under the reserve,
+     * so the reserve and at most one region more. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  %d timeouts: pool of %zu at the peak, %zu once free (bound %zu)\n", N, peak,
+                  after, bound);
+    assert_true(after <= bound);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* While threads take timeouts, regions that become free are kept, up to
+ * the busy allowance (a churn takes them again at once); once none has
+ * taken any for a while, the next give-back trims to the reserve. */
+static void test_a_busy_depot_keeps_more(void **state)
+{
+    (void)state;
+    enum { N = 600000 }; /* ~29 MB: more than the allowance */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    size_t region = timeouts_in(HWT_MAX_REGION_BYTES);
+    size_t busy = timeouts_in(HWT_POOL_BUSY_KEEP_BYTES);
+
+    set_last_take(timer, ALWAYS_NOW);
+    for (size_t i = 1; i < N; i++)
+        hwt_timeout_release(h[i]);
+    size_t kept_busy = hwt__pool_capacity(&timer->pool);
+    set_last_take(timer, LONG_AGO);
+    hwt_timeout_release(h[0]); /* a give-back after the depot went quiet */
+    size_t kept_quiet = hwt__pool_capacity(&timer->pool);
+    print_message("  %d timeouts free: %zu kept while busy (allowance %zu), %zu once quiet\n", N,
+                  kept_busy, busy, kept_quiet);
+    assert_true(kept_busy + region > busy);
+    assert_true(kept_busy <= busy + region);
+    assert_true(kept_quiet <= timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES));
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* A burst within the reserve keeps its memory (a load that goes up and
+ * down does not map and unmap in a loop): the next burst reuses it. */
+static void test_small_bursts_keep_their_memory(void **state)
+{
+    (void)state;
+    size_t n = timeouts_in(HWT_POOL_RESERVE_BYTES) / 4;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    size_t first = 0;
+    for (int round = 0; round < 3; round++) {
+        hwt_timeout **h = schedule_kept(timer, n);
+        size_t capacity = hwt__pool_capacity(&timer->pool);
+        if (round == 0)
+            first = capacity;
+        for (size_t i = 0; i < n; i++)
+            assert_true(hwt_timeout_cancel(h[i]));
+        assert_true(hwtt_wait_until(only_handles_hold(h, n), hwtt_slack_ms(5000)));
+        assert_int_equal(atomic_load(&timer->refs), 1 + n); /* the test thread caches none */
+        for (size_t i = 0; i < n; i++)
+            hwt_timeout_release(h[i]);
+        assert_int_equal(atomic_load(&timer->refs), 1); /* all in the depot */
+        assert_int_equal(hwt__pool_capacity(&timer->pool), capacity);
+        assert_int_equal(capacity, first); /* the later bursts mapped nothing */
+        free(h);
+    }
+    hwtt_destroy(timer);
+}
+
+/* hwt__pool_for_each reads every timeout of every region while other
+ * threads free: a region made entirely free during the scan stays mapped
+ * until the scan ends (else the scan reads unmapped memory), and a free
+ * during the scan does not wait for it (the scan holds no lock). */
+struct scan_ctx {
+    hwt_timer *timer;
+    hwt_timeout **handles;
+    size_t n, visits, capacity_during;
+    unsigned linked;
+};
+
+static void release_all_then_count(void *p, hwt_timeout *t)
+{
+    struct scan_ctx *ctx = p;
+    if (ctx->visits++ == 0) {
+        for (size_t i = 0; i < ctx->n; i++)
+            hwt_timeout_release(ctx->handles[i]);
+        ctx->capacity_during = hwt__pool_capacity(&ctx->timer->pool);
+    }
+    ctx->linked += hwt__wheel_linked(&t->node); /* reads the timeout */
+}
+
+static void test_no_region_goes_back_during_a_scan(void **state)
+{
+    (void)state;
+    enum { N = 300000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    size_t before = hwt__pool_capacity(&timer->pool);
+    set_last_take(timer, LONG_AGO);
+
+    struct scan_ctx ctx = {timer, h, N, 0, 0, 0};
+    hwt__pool_for_each(&timer->pool, release_all_then_count, &ctx);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  pool of %zu before the scan, %zu during it, %zu after\n", before,
+                  ctx.capacity_during, after);
+    assert_int_equal(ctx.visits, before);
+    assert_int_equal(ctx.capacity_during, before);
+    assert_int_equal(ctx.linked, 0);
+    assert_true(after <= timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES));
+    assert_int_equal(atomic_load(&timer->refs), 1);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* A thread caches at most HWT_POOL_THREAD_CACHE_MAX timeouts, after
+ * scheduling many and after freeing many: the timer's reference count (one
+ * per timeout out of the depot) says so, not only the cache itself. */
+struct cache_job {
+    hwt_timer *timer;
+    hwt_timeout **h;
+    size_t n;
+    size_t cached_scheduled, cached_freed;
+    pthread_barrier_t step;
+};
+
+static void *schedule_wait_release(void *p)
+{
+    struct cache_job *job = p;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, &job->h[i]) != 0)
+            return (void *)1;
+    job->cached_scheduled = hwt__pool_thread_cached(job->timer);
+    pthread_barrier_wait(&job->step); /* the test cancels */
+    pthread_barrier_wait(&job->step);
+    for (size_t i = 0; i < job->n; i++)
+        hwt_timeout_release(job->h[i]);
+    job->cached_freed = hwt__pool_thread_cached(job->timer);
+    pthread_barrier_wait(&job->step); /* the test counts */
+    pthread_barrier_wait(&job->step);
+    return NULL;
+}
+
+static void test_a_thread_caches_a_bounded_number(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    struct cache_job job = {timer, calloc(N, sizeof(hwt_timeout *)), N, 0, 0, {{0}}};
+    assert_non_null(job.h);
+    pthread_barrier_init(&job.step, NULL, 2);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, schedule_wait_release, &job), 0);
+
+    pthread_barrier_wait(&job.step);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(job.h[i]));
+    /* The worker let go of them: the handles and the thread's cache hold. */
+    assert_true(hwtt_wait_until(only_handles_hold(job.h, N), hwtt_slack_ms(5000)));
+    assert_int_equal(atomic_load(&timer->refs), 1 + N + job.cached_scheduled);
+    pthread_barrier_wait(&job.step);
+
+    pthread_barrier_wait(&job.step);
+    uint64_t refs = atomic_load(&timer->refs);
+    pthread_barrier_wait(&job.step);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  a thread caches %zu after %d schedules, %zu after %d frees (at most %zu)\n",
+                  job.cached_scheduled, N, job.cached_freed, N,
+                  (size_t)HWT_POOL_THREAD_CACHE_MAX);
+    assert_true(job.cached_scheduled <= HWT_POOL_THREAD_CACHE_MAX);
+    assert_true(job.cached_freed <= HWT_POOL_THREAD_CACHE_MAX);
+    assert_int_equal(refs, 1 + job.cached_freed);
+    assert_int_equal(atomic_load(&timer->refs), 1); /* its exit gave them back */
+    pthread_barrier_destroy(&job.step);
+    free(job.h);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -314,10 +559,15 @@ int main(void)
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_stop_scan_skips_free_timeouts, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_threads_that_schedule_little_hold_little,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_chunks_hold_whole_timeouts, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_stop_scan_skips_free_timeouts, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_freed_regions_go_back, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_busy_depot_keeps_more, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,256 @@
+/*
+ * test_memory.c - timeout memory goes back to the system after a burst
+ * (SPEC 2, "the process around a timer"): two threads each schedule 2 M
+ * one-hour timeouts, keeping the handles, then cancel and release them all;
+ * resident memory (/proc/self/statm) comes back to within 32 MB of what it
+ * was before, within 5 s, burst after burst, and the idle worker is not
+ * woken for it.
+ *
+ * Under TSan and valgrind the bursts are 10x smaller (their shadow memory
+ * and speed). Under any sanitizer or valgrind resident memory is mostly
+ * theirs (shadow memory, which they do not give back; ASan's allocator and
+ * quarantine): the bursts run, the figures are printed, and the bounds are
+ * checked only in plain builds (internal_pool checks the pool's own
+ * accounting everywhere).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define MB (INT64_C(1) << 20)
+#define BOUND (32 * MB)
+#define THREADS 2
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+/* Whether resident memory is the library's and ours to judge. */
+static bool rss_is_ours(void)
+{
+#ifdef SANITIZED
+    return false;
+#else
+    return !hwtt_under_valgrind();
+#endif
+}
+
+static size_t per_thread(void)
+{
+    return hwtt_slowdown() >= 10 ? 200000 : 2000000;
+}
+
+/* Resident bytes of this process. */
+static int64_t rss(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    long size = 0, resident = 0;
+    assert_int_equal(fscanf(f, "%ld %ld", &size, &resident), 2);
+    fclose(f);
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+static void noop(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+struct burst {
+    hwt_timer *timer;
+    hwt_timeout **handles; /* THREADS * per_thread(), allocated once: its pages
+                              are in every measurement */
+    pthread_barrier_t scheduled, measured;
+};
+
+struct burst_job {
+    struct burst *b;
+    size_t first, n;
+    int failures;
+    size_t cancelled;
+};
+
+static void *schedule_then_cancel(void *p)
+{
+    struct burst_job *job = p;
+    hwt_timeout **h = job->b->handles + job->first;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout(job->b->timer, noop, NULL, 1, HWT_HOURS, &h[i]) != 0)
+            job->failures++;
+    pthread_barrier_wait(&job->b->scheduled);
+    pthread_barrier_wait(&job->b->measured);
+    for (size_t i = 0; i < job->n; i++) {
+        job->cancelled += hwt_timeout_cancel(h[i]);
+        hwt_timeout_release(h[i]);
+    }
+    return NULL;
+}
+
+struct burst_figures {
+    int64_t peak;     /* with every timeout pending */
+    int64_t back;     /* once within BOUND of the baseline... */
+    int64_t back_ms;  /* ...this long after the last release */
+    int64_t idle;     /* once the worker is idle again */
+    uint64_t wakeups; /* the worker's, then */
+};
+
+/* Waits until the worker has not woken for `quiet_ms` (it may still be
+ * moving what the burst queued, a budget per pass); false if that did not
+ * happen within 10 s. */
+static bool wait_for_idle_worker(hwt_timer *timer, int64_t quiet_ms, uint64_t *wakeups)
+{
+    int64_t deadline = hwtt_now_ns() + hwtt_slack_ms(10000) * 1000000;
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    for (;;) {
+        uint64_t before = st.wakeups;
+        hwtt_sleep_ms(quiet_ms);
+        hwt_timer_stats(timer, &st);
+        *wakeups = st.wakeups;
+        if (st.wakeups == before)
+            return true;
+        if (hwtt_now_ns() > deadline)
+            return false;
+    }
+}
+
+/* One burst; returns once resident memory is within BOUND of `base` or the
+ * deadline passed (the caller asserts). */
+static struct burst_figures run_burst(struct burst *b, int64_t base)
+{
+    size_t n = per_thread();
+    struct burst_job jobs[THREADS];
+    pthread_t th[THREADS];
+    pthread_barrier_init(&b->scheduled, NULL, THREADS + 1);
+    pthread_barrier_init(&b->measured, NULL, THREADS + 1);
+    for (int i = 0; i < THREADS; i++) {
+        jobs[i] = (struct burst_job){b, (size_t)i * n, n, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_then_cancel, &jobs[i]), 0);
+    }
+    pthread_barrier_wait(&b->scheduled);
+    struct burst_figures fig = {rss(), 0, 0, 0, 0};
+    assert_int_equal(hwt_pending_timeouts(b->timer), (int64_t)(THREADS * n));
+    pthread_barrier_wait(&b->measured);
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(jobs[i].failures, 0);
+        assert_int_equal(jobs[i].cancelled, n);
+    }
+    pthread_barrier_destroy(&b->scheduled);
+    pthread_barrier_destroy(&b->measured);
+    int64_t t0 = hwtt_now_ns();
+    if (rss_is_ours())
+        hwtt_wait_until(rss() - base <= BOUND, hwtt_slack_ms(5000));
+    fig.back_ms = (hwtt_now_ns() - t0) / 1000000;
+    fig.back = rss();
+    assert_int_equal(hwt_pending_timeouts(b->timer), 0);
+    assert_true(wait_for_idle_worker(b->timer, 400, &fig.wakeups));
+    fig.idle = rss();
+    return fig;
+}
+
+static void burst_setup(struct burst *b)
+{
+    b->timer = hwtt_track(hwtt_timer(100, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(b->timer), 0);
+    size_t bytes = THREADS * per_thread() * sizeof *b->handles;
+    b->handles = malloc(bytes);
+    assert_non_null(b->handles);
+    memset(b->handles, 0, bytes); /* resident before the baseline */
+}
+
+static void print_figures(int burst, int64_t base, struct burst_figures f)
+{
+    print_message("  burst %d of %zu x %d timeouts: rss %.1f MB before, %.1f MB at the peak, "
+                  "%.1f MB %lld ms after the last release, %.1f MB with the worker idle "
+                  "(+%.1f MB)%s\n",
+                  burst, per_thread(), THREADS, (double)base / MB, (double)f.peak / MB,
+                  (double)f.back / MB, (long long)f.back_ms, (double)f.idle / MB,
+                  (double)(f.idle - base) / MB, rss_is_ours() ? "" : " - not judged here");
+}
+
+/* One burst: resident memory comes back within 32 MB in 5 s. */
+static void test_burst_memory_goes_back(void **state)
+{
+    (void)state;
+    struct burst b;
+    burst_setup(&b);
+    int64_t base = rss();
+    struct burst_figures f = run_burst(&b, base);
+    print_figures(1, base, f);
+    if (rss_is_ours()) {
+        assert_true(f.peak - base > 3 * BOUND);
+        assert_true(f.back - base <= BOUND);
+        assert_true(f.idle - base <= BOUND);
+    }
+    hwtt_destroy(b.timer);
+    free(b.handles);
+}
+
+/* Three bursts on one timer: each comes back within 32 MB of the first
+ * baseline, and once the worker is idle the later ones no higher than the
+ * first (plus a few MB of noise: glibc's arenas, thread stacks). */
+static void test_bursts_do_not_ratchet(void **state)
+{
+    (void)state;
+    struct burst b;
+    burst_setup(&b);
+    int64_t base = rss();
+    int64_t first = 0;
+    for (int i = 1; i <= 3; i++) {
+        struct burst_figures f = run_burst(&b, base);
+        print_figures(i, base, f);
+        if (!rss_is_ours())
+            continue;
+        assert_true(f.back - base <= BOUND);
+        if (i == 1)
+            first = f.idle;
+        else
+            assert_true(f.idle - first <= 8 * MB);
+    }
+    hwtt_destroy(b.timer);
+    free(b.handles);
+}
+
+/* Giving memory back wakes nobody: once a burst has settled (the worker
+ * has finished with what it queued), the idle worker is not woken for
+ * 300 ms. */
+static void test_no_wakeups_after_a_burst(void **state)
+{
+    (void)state;
+    struct burst b;
+    burst_setup(&b);
+    int64_t base = rss();
+    struct burst_figures f = run_burst(&b, base);
+    print_figures(1, base, f);
+    hwtt_sleep_ms(300);
+    hwt_stats st;
+    hwt_timer_stats(b.timer, &st);
+    print_message("  wake-ups: %llu once idle, %llu 300 ms later\n",
+                  (unsigned long long)f.wakeups, (unsigned long long)st.wakeups);
+    assert_int_equal(st.wakeups, f.wakeups);
+    hwtt_destroy(b.timer);
+    free(b.handles);
+}
+
+int main(void)
+{
+    hwtt_watchdog(600);
+    hwtt_apply_filters();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_burst_memory_goes_back, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_bursts_do_not_ratchet, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_no_wakeups_after_a_burst, hwtt_teardown_timers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
