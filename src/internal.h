@@ -170,7 +170,11 @@ struct hwt_timer {
     _Alignas(64) _Atomic int state;
     /* Only with max_pending > 0: the exact reservation count. */
     _Alignas(64) _Atomic int64_t pending;
-    _Atomic uint64_t refs; /* creator's + one per timeout out of the pool's depot (pool.c) */
+    /* References to the timer's memory: the creator's, one per timeout out
+     * of the pool's depot (pool.c), one per call waiting in a start or a
+     * stop (timer.c). The last one calls free_memory (timer.c). */
+    _Atomic uint64_t refs;
+    void (*free_memory)(hwt_timer *timer);
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
     _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
     _Atomic int kicked;                       /* someone already woke the worker since it planned */
@@ -296,9 +300,20 @@ static inline bool hwt__inherited(const hwt_timer *timer)
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* timer.c */
-/* Drops n references to the timer's memory; the last one frees it. */
-void hwt__timer_unref_n(hwt_timer *timer, size_t n);
+/* Takes n references to the timer's memory. Any thread. */
+static inline void hwt__timer_ref_n(hwt_timer *timer, size_t n)
+{
+    atomic_fetch_add_explicit(&timer->refs, n, memory_order_relaxed);
+}
+
+/* Drops n references; the last one frees the timer (through free_memory,
+ * set by hwt_timer_create: the files below timer.c drop references too).
+ * Any thread. */
+static inline void hwt__timer_unref_n(hwt_timer *timer, size_t n)
+{
+    if (atomic_fetch_sub_explicit(&timer->refs, n, memory_order_acq_rel) == n)
+        timer->free_memory(timer);
+}
 
 
 /* stopset.c */

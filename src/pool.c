@@ -647,7 +647,7 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
     pthread_mutex_unlock(&timer->pool.lock);
     if (got.mag.count == 0 && !grow(timer, c, &got))
         return false;
-    atomic_fetch_add_explicit(&timer->refs, got.mag.count, memory_order_relaxed);
+    hwt__timer_ref_n(timer, got.mag.count);
     if (got.fresh_region != NULL) {
         char *chunk = chunk_out(timer, got.fresh_region, got.fresh_chunk);
         c->fresh = (hwt_timeout *)(chunk + HWT_CHUNK_HEADER_BYTES);

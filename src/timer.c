@@ -150,6 +150,8 @@ static int init_sync(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- create */
 
+static void free_timer(hwt_timer *timer);
+
 int hwt_timer_create(hwt_timer **out, const hwt_options *options)
 {
     hwt_options defaults;
@@ -190,6 +192,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     timer->executor_ctx = options->executor_ctx;
     atomic_init(&timer->state, HWT_STATE_INIT);
     atomic_init(&timer->refs, 1);
+    timer->free_memory = free_timer;
     atomic_init(&timer->wake_before, INT64_MIN);
     timer->moved_queued_min = INT64_MAX;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
@@ -242,7 +245,7 @@ static void allow_cancellation(int old)
  * it cannot free the lock and condition it waits on. */
 static void hold(hwt_timer *timer)
 {
-    atomic_fetch_add_explicit(&timer->refs, 1, memory_order_relaxed);
+    hwt__timer_ref_n(timer, 1);
 }
 
 /* Creates the worker with every signal blocked from its first instruction. */
@@ -437,10 +440,9 @@ void hwt_timer_destroy(hwt_timer *timer)
     hwt__timer_unref_n(timer, 1);
 }
 
-void hwt__timer_unref_n(hwt_timer *timer, size_t n)
+/* The last reference is gone (internal.h, hwt__timer_unref_n). */
+static void free_timer(hwt_timer *timer)
 {
-    if (atomic_fetch_sub_explicit(&timer->refs, n, memory_order_acq_rel) != n)
-        return;
     hwt__wheel_free(&timer->wheel);
     hwt__pool_destroy(&timer->pool);
     hwt__task_pairs_free(timer);
