@@ -203,6 +203,7 @@ struct hwt_timer {
     _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
+    _Atomic uint64_t refiled; /* timeouts filed again after a reschedule (tests) */
 
     /* ---- interned task pairs (tasks.c) */
     uint64_t id; /* unique in the process, never 0 */

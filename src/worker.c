@@ -432,8 +432,10 @@ static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *no
 {
     hwt_timer *timer = ctx;
     int64_t due_before = hwt__sat_mul(timer->wheel.cur + 1, timer->tick_ns);
-    return expire(timer, hwt__timeout_of_node(node), due_before) ? HWT_WHEEL_TAKEN
-                                                                   : HWT_WHEEL_REFILE;
+    if (expire(timer, hwt__timeout_of_node(node), due_before))
+        return HWT_WHEEL_TAKEN;
+    bump(&timer->refiled, 1);
+    return HWT_WHEEL_REFILE;
 }
 
 /* ---------------------------------------------------------- the loop */

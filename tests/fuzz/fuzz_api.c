@@ -363,7 +363,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* ---- operations */
     for (int op = 0; op < MAX_OPS && in_n > 0; op++) {
         uint8_t code = u8();
-        switch (code % 14) {
+        switch (code % 15) {
         case 0:
         case 1:
         case 2: { /* schedule */
@@ -465,6 +465,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if ((u8() & 3) == 0) /* stops are rarer than the rest */
                 do_stop(code & 0x10);
             break;
+        case 14: { /* reschedule: false once ended, for an invalid unit and NULL */
+            int i = pick_slot();
+            if (i >= 0 && slots[i].h != NULL) {
+                uint8_t f = u8();
+                int64_t delay = (f & 1) ? (int64_t)u64() : (int8_t)u8();
+                int unit = (f & 2) ? (int)(int8_t)u8() : HWT_MILLISECONDS;
+                bool ended_before = atomic_load(&slots[i].cancel_true) > 0 ||
+                                    hwt_timeout_is_expired(slots[i].h) ||
+                                    hwt_timeout_is_cancelled(slots[i].h);
+                bool r = hwt_timeout_reschedule(slots[i].h, delay, (hwt_unit)unit);
+                if (r && (ended_before || unit < HWT_NANOSECONDS || unit > HWT_DAYS))
+                    violation("slot %d: reschedule true after its end or for unit %d", i, unit);
+            }
+            if (hwt_timeout_reschedule(NULL, 1, HWT_MILLISECONDS))
+                violation("reschedule(NULL) true");
+            break;
+        }
         case 13: { /* pending is never negative and 0 once stopped */
             int64_t p = hwt_pending_timeouts(timer);
             if (p < 0 || (stopped && p != 0))
