@@ -23,6 +23,10 @@
  * where the client sees it (its epoll loop reading the BYE or the EOF); the
  * server also stamps its close time (CLOCK_MONOTONIC is one clock for all
  * processes), which is reported beside it and used for the "never early" check.
+ * The server pushes an idle timeout back with hwt_timeout_reschedule on every
+ * read that brings data; its STATS count those reschedules and the ones that
+ * returned false (the timeout had just fired), which the summary reports.
+ * Every connection sends data, so fewer reschedules than connections fail.
  *
  * With --server-pid it finally sends SIGTERM to the server and checks that
  * every connection still open is closed with "BYE shutdown"; without it, it
