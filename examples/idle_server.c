@@ -115,7 +115,7 @@ struct conn {
     bool monitor;             /* no idle timeout */
     struct conn *prev, *next; /* the loop's open connections */
     struct conn *zombie_next; /* closed during this epoll batch */
-    uint64_t idle_gen;        /* idle timeouts scheduled (not rescheduled) before */
+    uint64_t idle_gen;        /* the current idle timeout's: +1 per new one, not per move */
     hwt_timeout *idle;        /* our handle on the idle timeout, or NULL */
     bool busy;                /* a request is in flight */
     uint64_t req_id;
