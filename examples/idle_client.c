@@ -23,6 +23,10 @@
  * where the client sees it (its epoll loop reading the BYE or the EOF); the
  * server also stamps its close time (CLOCK_MONOTONIC is one clock for all
  * processes), which is reported beside it and used for the "never early" check.
+ * The server pushes an idle timeout back with hwt_timeout_reschedule on every
+ * read that brings data; its STATS count those reschedules and the ones that
+ * returned false (the timeout had just fired), which the summary reports.
+ * Every connection sends data, so fewer reschedules than connections fail.
  *
  * With --server-pid it finally sends SIGTERM to the server and checks that
  * every connection still open is closed with "BYE shutdown"; without it, it
@@ -816,13 +820,23 @@ int main(int argc, char **argv)
     long hb_age_ms = have_stats ? (long)stat_get(final_stats, "heartbeat_age_ms") : -1;
     bool hb_ok = !have_stats || (hb >= 1 && hb <= uptime_ms / heartbeat_ms + 1 && hb_age_ms >= 0 &&
                                  hb_age_ms <= heartbeat_ms + limit_ns / MS);
+    /* Every connection (the monitor too) sends data once connected, and the
+     * server pushes the idle timeout back on each read that brings data: at
+     * least one reschedule (true or false) per connection, or the server is
+     * not using hwt_timeout_reschedule. */
+    long resch = have_stats ? (long)stat_get(final_stats, "idle_reschedules") : -1;
+    long resch_false = have_stats ? (long)stat_get(final_stats, "idle_reschedules_false") : -1;
+    long idle_timeouts = have_stats ? (long)stat_get(final_stats, "idle_timeouts") : -1;
+    bool resch_ok = !have_stats || (resch >= 0 && resch_false >= 0 &&
+                                    resch + resch_false >= nconns - n_connect_failed + 1);
     bool shutdown_ok = cfg.server_pid <= 0 ||
                        (bye_shutdown == open_at_shutdown && closed_at_shutdown == open_at_shutdown);
 
     bool pass = n_connect_failed == 0 && n_idle_closed == n_idle_total && idle_early == 0 &&
                 idle_early_server == 0 && idle_late_count == 0 && idle_missing == 0 &&
                 n_active_closed_bug == 0 && n_unexpected_close == 0 && n_wrong == 0 &&
-                n_early_answers == 0 && req_late_count == 0 && hb_ok && shutdown_ok && have_stats;
+                n_early_answers == 0 && req_late_count == 0 && hb_ok && resch_ok && shutdown_ok &&
+                have_stats;
 
     printf("\nidle_client: summary\n");
     printf("  connections   %d opened over %.2f s (%ld active, %ld idle), %ld failed to connect\n",
@@ -854,6 +868,12 @@ int main(int argc, char **argv)
         pct_ms(req_late, n_req_late, 1.0), n_wrong, n_early_answers);
     if (wrong_example[0] != '\0')
         printf("                first wrong: %s\n", wrong_example);
+    if (have_stats)
+        printf("  idle resets   %ld reads pushed an idle timeout back with hwt_timeout_reschedule"
+               " (no cancel + new timeout), %ld returned false (it had just fired: the server "
+               "scheduled a new one); %ld idle timeouts scheduled in all%s\n",
+               resch, resch_false, idle_timeouts,
+               resch_ok ? "" : " - fewer reschedules than connections: NOT as expected");
     if (have_stats)
         printf("  server timer  pending %lld, scheduled %lld, expired %lld, cancelled %lld, "
                "ticks %lld, wakeups %lld, worst task lateness %.1f ms; heartbeat ran %ld times "

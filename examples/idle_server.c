@@ -8,9 +8,10 @@
  * It listens on 127.0.0.1 and shows the three ways a server uses a timer:
  *
  *   1. Idle timeout per connection (Netty's IdleStateHandler, reader idle):
- *      every read that brings data cancels the connection's idle timeout and
- *      schedules a new one. When one fires, the connection is closed with
- *      "BYE idle <CLOCK_MONOTONIC ns>\n".
+ *      every read that brings data pushes the connection's idle timeout back
+ *      to T from now with hwt_timeout_reschedule - the same timeout, msg and
+ *      handle, no cancel + new timeout per read (see conn_touch). When it
+ *      fires, the connection is closed with "BYE idle <CLOCK_MONOTONIC ns>\n".
  *   2. Request timeout per request: "REQ <id> <work_ms>\n" schedules a timeout
  *      of R ms; work_ms 0 is answered at once ("OK <id>"), otherwise the
  *      answer is produced by a second timeout after work_ms (standing in for
@@ -35,11 +36,12 @@
  * on its own thread, and drops the msg.
  *
  * The event thread checks that the message is still current before acting:
- * an idle message carries the connection's read sequence number at the time
- * it was scheduled and is ignored if data arrived since (the cancel can lose
- * the race against a timeout that is already running); a request message
- * carries the request id. A connection that was closed meanwhile is only
- * kept alive by the reference, and the message is ignored.
+ * an idle message carries the generation of the idle timeout that sent it
+ * and is ignored if a newer one replaced it (data arrived just after it fired:
+ * the reschedule returned false and a new one was scheduled); a request
+ * message carries the request id (its cancel can lose the race against a
+ * timeout that is already running). A connection that was closed meanwhile
+ * is only kept alive by the reference, and the message is ignored.
  *
  * Every msg ends exactly one way, like the timeout that carries it:
  *   - the timeout ran: on_fire queued the msg, the event thread frees it;
@@ -101,7 +103,7 @@ struct msg {
     struct msg *next;
     enum msg_kind kind;
     struct conn *conn; /* one reference */
-    uint64_t seq;      /* MSG_IDLE: conn->read_seq; otherwise the request id */
+    uint64_t seq;      /* MSG_IDLE: conn->idle_gen; otherwise the request id */
 };
 
 struct conn {
@@ -113,7 +115,7 @@ struct conn {
     bool monitor;             /* no idle timeout */
     struct conn *prev, *next; /* the loop's open connections */
     struct conn *zombie_next; /* closed during this epoll batch */
-    uint64_t read_seq;        /* reads that brought data */
+    uint64_t idle_gen;        /* the current idle timeout's: +1 per new one, not per move */
     hwt_timeout *idle;        /* our handle on the idle timeout, or NULL */
     bool busy;                /* a request is in flight */
     uint64_t req_id;
@@ -150,6 +152,9 @@ struct server {
     atomic_long open;
     atomic_ulong accepted, closed_idle, closed_peer, closed_error, closed_shutdown;
     atomic_ulong requests, answered, request_timeouts, heartbeats;
+    /* Idle timeouts: created (one per connection, plus one per false
+     * reschedule), pushed back by a read, and reschedules that returned false. */
+    atomic_ulong idle_timeouts, idle_reschedules, idle_reschedules_false;
     _Atomic int64_t last_heartbeat_ns;
 };
 
@@ -299,13 +304,47 @@ static void timeout_drop(hwt_timeout **t)
     }
 }
 
+/* A new idle timeout of a new generation: a msg of an older one is stale. */
+static void conn_idle_schedule(struct conn *c)
+{
+    struct server *s = c->loop->server;
+    c->idle_gen++;
+    c->idle = conn_schedule(c, MSG_IDLE, c->idle_gen, s->cfg.idle_ms);
+    if (c->idle != NULL)
+        atomic_fetch_add(&s->idle_timeouts, 1);
+}
+
+/* Data arrived: the connection is not idle, its deadline moves to T from now.
+ *
+ * hwt_timeout_reschedule moves the pending timeout itself: a clock read and
+ * a compare-and-swap, no allocation, no new handle, nothing queued for the
+ * worker (which files the timeout again when its old slot comes due). Its
+ * msg, and the msg's reference on the connection, stay as they are. The
+ * cancel + new timeout it replaces cost an allocation, a new handle and two
+ * hand-offs to the worker on every read.
+ *
+ * False means nothing was pending to move: the timeout fired just before
+ * this read (the connection had been quiet for T; its msg is in our queue or
+ * on its way) or the timer is stopped (shutdown). The peer has just proved
+ * it is alive and may be waiting for an answer to what it sent, so rather
+ * than close, give it a new idle timeout; its new generation makes the fired
+ * one's msg stale (conn_message ignores it). When the timer is stopped the
+ * new timeout fails quietly and the shutdown closes the connection. */
 static void conn_touch(struct conn *c)
 {
-    c->read_seq++;
+    struct server *s = c->loop->server;
     if (c->monitor)
         return;
-    timeout_drop(&c->idle);
-    c->idle = conn_schedule(c, MSG_IDLE, c->read_seq, c->loop->server->cfg.idle_ms);
+    if (c->idle != NULL) {
+        if (hwt_timeout_reschedule(c->idle, s->cfg.idle_ms, HWT_MILLISECONDS)) {
+            atomic_fetch_add(&s->idle_reschedules, 1);
+            return;
+        }
+        atomic_fetch_add(&s->idle_reschedules_false, 1);
+        hwt_timeout_release(c->idle); /* it ended: the handle is all we hold */
+        c->idle = NULL;
+    }
+    conn_idle_schedule(c); /* also when an earlier one could not be scheduled */
 }
 
 enum close_reason { CLOSE_IDLE, CLOSE_PEER, CLOSE_ERROR, CLOSE_SHUTDOWN };
@@ -341,7 +380,7 @@ static void conn_close(struct conn *c, enum close_reason why)
  * a peer that does not read, which this server simply closes. */
 static bool conn_write(struct conn *c, const char *fmt, ...)
 {
-    char buf[512];
+    char buf[1024]; /* the STATS line is the longest */
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
@@ -398,13 +437,16 @@ static void format_stats(struct server *s, char *buf, size_t size)
              " closed_peer=%lu closed_error=%lu requests=%lu answered=%lu"
              " request_timeouts=%lu heartbeats=%lu heartbeat_age_ms=%" PRId64 " pending=%" PRId64
              " scheduled=%" PRIu64 " expired=%" PRIu64 " cancelled=%" PRIu64 " ticks=%" PRIu64
-             " wakeups=%" PRIu64 " late_max_us=%" PRIu64,
+             " wakeups=%" PRIu64 " late_max_us=%" PRIu64
+             " idle_timeouts=%lu idle_reschedules=%lu idle_reschedules_false=%lu",
              (now - s->start_ns) / 1000000, atomic_load(&s->open), atomic_load(&s->accepted),
              atomic_load(&s->closed_idle), atomic_load(&s->closed_peer),
              atomic_load(&s->closed_error), atomic_load(&s->requests), atomic_load(&s->answered),
              atomic_load(&s->request_timeouts), atomic_load(&s->heartbeats),
              (now - (last_beat ? last_beat : s->start_ns)) / 1000000, st.pending, st.scheduled,
-             st.expired, st.cancelled, st.ticks, st.wakeups, st.late_max_ns / 1000);
+             st.expired, st.cancelled, st.ticks, st.wakeups, st.late_max_ns / 1000,
+             atomic_load(&s->idle_timeouts), atomic_load(&s->idle_reschedules),
+             atomic_load(&s->idle_reschedules_false));
 }
 
 static void print_stats_line(FILE *out, struct server *s, bool progress)
@@ -412,11 +454,12 @@ static void print_stats_line(FILE *out, struct server *s, bool progress)
     hwt_stats st;
     hwt_timer_stats(s->timer, &st);
     fprintf(out,
-            "idle_server%s [%6.1fs] open %ld  closed by idle timeout %lu  requests %lu"
-            " (timed out %lu)  timer: pending %" PRId64 " wakeups %" PRIu64 " ticks %" PRIu64
-            " late_max %.1f ms\n",
+            "idle_server%s [%6.1fs] open %ld  closed by idle timeout %lu  idle reschedules %lu"
+            " (false %lu)  requests %lu (timed out %lu)  timer: pending %" PRId64
+            " wakeups %" PRIu64 " ticks %" PRIu64 " late_max %.1f ms\n",
             progress ? "" : ":", (double)(now_ns() - s->start_ns) / 1e9, atomic_load(&s->open),
-            atomic_load(&s->closed_idle), atomic_load(&s->requests),
+            atomic_load(&s->closed_idle), atomic_load(&s->idle_reschedules),
+            atomic_load(&s->idle_reschedules_false), atomic_load(&s->requests),
             atomic_load(&s->request_timeouts), st.pending, st.wakeups, st.ticks,
             (double)st.late_max_ns / 1e6);
     fflush(out);
@@ -441,7 +484,7 @@ static void conn_line(struct conn *c, char *line)
                    s->cfg.idle_ms, s->cfg.tick_ms, s->cfg.request_timeout_ms, s->cfg.heartbeat_ms,
                    s->cfg.threads, (long)getpid());
     } else if (strcmp(line, "STATS") == 0) {
-        char buf[480];
+        char buf[900]; /* the client reads lines of up to 1023 bytes */
         format_stats(s, buf, sizeof buf);
         conn_write(c, "%s\n", buf);
     } else {
@@ -461,7 +504,7 @@ static void conn_readable(struct conn *c)
     }
     if (r < 0)
         return;
-    conn_touch(c); /* data arrived: a new idle timeout (IdleStateHandler) */
+    conn_touch(c); /* data arrived: push the idle timeout back (IdleStateHandler) */
     c->in_len += (size_t)r;
     c->in[c->in_len] = '\0';
     char *start = c->in, *nl;
@@ -488,7 +531,9 @@ static void conn_message(struct msg *m)
         return;
     switch (m->kind) {
     case MSG_IDLE:
-        if (m->seq == c->read_seq && !c->monitor) { /* no data since it was scheduled */
+        /* The current idle timeout: every read since pushed it back, so the
+         * connection has been quiet for T. */
+        if (m->seq == c->idle_gen && !c->monitor) {
             if (conn_write(c, "BYE idle %" PRId64 "\n", now_ns()))
                 conn_close(c, CLOSE_IDLE);
         }
@@ -556,7 +601,7 @@ static void loop_accept(struct loop *l)
         l->conns = c;
         atomic_fetch_add(&s->open, 1);
         atomic_fetch_add(&s->accepted, 1);
-        c->idle = conn_schedule(c, MSG_IDLE, c->read_seq, s->cfg.idle_ms);
+        conn_idle_schedule(c);
     }
 }
 
@@ -833,6 +878,11 @@ int main(int argc, char **argv)
            "connections with BYE shutdown; %lu closed by idle timeout in all; stopped in %.1f ms\n",
            sig == SIGINT ? "SIGINT" : "SIGTERM", handed_back, open_before,
            atomic_load(&s.closed_idle), (double)(now_ns() - t0) / 1e6);
+    printf("idle_server: idle timeouts: %lu scheduled for %lu connections, pushed back %lu times "
+           "by hwt_timeout_reschedule; %lu reschedules returned false (it had just fired: a new "
+           "one was scheduled)\n",
+           atomic_load(&s.idle_timeouts), atomic_load(&s.accepted),
+           atomic_load(&s.idle_reschedules), atomic_load(&s.idle_reschedules_false));
     printf("idle_server: leak check: %ld connections, %ld timeout arguments left: %s\n", conns_left,
            msgs_left, conns_left == 0 && msgs_left == 0 ? "clean" : "LEAKED");
     return conns_left == 0 && msgs_left == 0 ? 0 : 1;
