@@ -62,7 +62,7 @@ void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment)
         munmap(p + size, (size_t)(raw + span - (p + size)));
     /* The pool hands out every page of a region soon: fault them in with one
      * call instead of a trap per 4 KiB page, which costs several us in some
-     * VMs (`hwt-bench schedule` on a 2-vCPU VM: ~190 -> ~70 ns per schedule).
+     * VMs - most of a schedule's cost there.
      * Best effort: where the system cannot, pages fault on first touch. */
     hwt__os_populate(p, size);
     return p;

@@ -8,11 +8,11 @@
  *                      reverses it, which restores each producer's order.
  *   cancel stack       the same, through the timeout's stack_link.
  *
- * Why not ck_fifo_mpmc for new timeouts (it was, up to 1.0): its dequeue
- * hands back the *previous* node as garbage and a producer may still touch
- * that through a stale tail, so a fifo entry can't live inside the timeout
- * it carries (notes/ck-and-cmocka.md): every schedule paid for an entry from
- * a pool and two double-width CAS, and every transfer for one more. A upmc
+ * Why not ck_fifo_mpmc for new timeouts: its dequeue hands back the
+ * *previous* node as garbage and a producer may still touch that through a
+ * stale tail, so a fifo entry cannot live inside the timeout it carries:
+ * every schedule would pay for an entry from a pool and two double-width
+ * CAS, and every transfer for one more. A upmc
  * push only writes its own node and the stack head, and the worker never
  * pops single nodes, so the node can be embedded and there is no ABA.
  *

@@ -34,8 +34,7 @@
  *                  it, or to any once that thread has let go of it (a
  *                  thread does not write into another's region while both
  *                  fill theirs: in VMs, first writes 16 KiB apart from two
- *                  threads contend in the host, `hwt-bench schedule` ~85
- *                  against ~70 ns). Chunk headers are written as their chunk
+ *                  threads contend in the host). Chunk headers are written as their chunk
  *                  is handed out.
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
@@ -231,8 +230,8 @@ static int64_t coarse_now_ns(void)
  * threads are taking timeouts. In a churn (threads scheduling while the
  * worker frees, in batches, what they cancelled) regions that become free
  * are needed again within moments, and a page given back and taken again
- * costs a fault and, in VMs, a trap to the host (`hwt-bench churn` took 1.4x
- * the CPU giving back at once). The busy allowance is bounded, so that a
+ * costs a fault and, in VMs, a trap to the host (a churn that gave regions
+ * back at once took 1.4x the CPU). The busy allowance is bounded, so that a
  * burst that ends while threads still take leaves at most it and a region
  * behind; once none has taken for BUSY_NS, the next give-back trims to the
  * reserve. */
