@@ -143,6 +143,13 @@ static int64_t proc_cpu_ns(void)
     return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
 }
 
+static int64_t self_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
 /* The CPU clock of thread `tid` of this process (the kernel's encoding of a
  * per-thread CPUCLOCK_SCHED clock, as pthread_getcpuclockid gives); -1 if it
  * cannot be read. */
@@ -502,16 +509,18 @@ struct settled {
  * until `target` tasks ran), and the worker's CPU clock has not moved for
  * quiet_ms; gives the process CPU time at the first sample that saw the
  * worker's final CPU time. The worker's clock is read before the process's,
- * so the latter covers all the worker did up to the former. */
+ * so the latter covers all the worker did up to the former. The CPU time
+ * this thread spends polling is taken off: it is the measurement's, not the
+ * peer's. */
 static struct settled settle(struct work *w, pid_t wtid, size_t target)
 {
     int64_t quiet = w->c->quiet_ms * MS_NS;
     int64_t deadline = bench_now_ns() + 120 * S_NS;
-    int64_t last_worker = -2, quiet_since = 0;
+    int64_t last_worker = -2, quiet_since = 0, self0 = self_cpu_ns();
     struct settled s = {0, 0, 0};
     for (;;) {
         int64_t wc = thread_cpu_ns(wtid);
-        int64_t pc = proc_cpu_ns();
+        int64_t pc = proc_cpu_ns() - (self_cpu_ns() - self0);
         int64_t now = bench_now_ns();
         int done = (peer->settled == NULL || peer->settled(w->t, atomic_load(&w->ok))) &&
                    atomic_load_explicit(&ran_count, memory_order_acquire) >= target;
