@@ -40,6 +40,8 @@
 #define STOP_KEY UINT64_MAX
 #define HOUR_KEY (UINT64_MAX - 1)
 #define EVENTS 256
+/* fds the harness opens while the timeouts exist (/proc files) */
+#define HEADROOM 8
 
 struct timer {
     int ep, stop_fd, hour_fd;
@@ -161,7 +163,7 @@ static void tf_slots(void *p, size_t n, enum bench_task task)
 {
     struct timer *t = p;
     long in_use = open_fds();
-    long max_n = fd_limit - in_use;
+    long max_n = fd_limit - in_use - HEADROOM;
     bench_note(" fd_limit=%ld max_n=%ld", fd_limit, max_n);
     if ((long)n > max_n)
         bench_die("n=%zu needs more file descriptors than RLIMIT_NOFILE allows (%ld, %ld in use): "
@@ -218,12 +220,17 @@ static void tf_destroy(void *p)
     free(t);
 }
 
+/* The kernel's release, and how many timeouts the fd limit allows (what
+ * bench/compare-peers caps n at). */
 static const char *tf_version(void)
 {
-    static char v[160];
+    static char v[200];
     struct utsname u;
     uname(&u);
-    snprintf(v, sizeof v, "version=%s", u.release);
+    raise_fd_limit();
+    /* the epoll fd, the eventfd and the 1-hour timer's fd come on top */
+    snprintf(v, sizeof v, "version=%s fd_limit=%ld max_n=%ld", u.release, fd_limit,
+             fd_limit - open_fds() - 3 - HEADROOM);
     return v;
 }
 
