@@ -325,6 +325,7 @@ public final class HwtBench {
         final Map<Long, Long> live = new HashMap<>();
         final Map<Long, Long> finished = new HashMap<>(finishedCpu);
         long coarse;
+        long waited; /* CPU the main thread spent waiting for the worker: not counted */
     }
 
     /* Every live thread's CPU time (ns, from schedstat), and the process's in
@@ -362,10 +363,11 @@ public final class HwtBench {
                                                      : a.live.getOrDefault(tid, 0L);
             sum += end - start;
         }
+        sum -= b.waited - a.waited;
         for (long tid : a.live.keySet()) {
             if (!b.live.containsKey(tid) && !b.finished.containsKey(tid)) {
                 cpuMethod = "times";
-                return b.coarse - a.coarse;
+                return b.coarse - a.coarse - (b.waited - a.waited);
             }
         }
         return sum;
@@ -390,9 +392,10 @@ public final class HwtBench {
     /* Waits until the worker has moved every new timeout and unlinked every
      * cancelled one (and `extra` holds); returns the mark taken then, and
      * when, in at[0]. */
-    static CpuMark settle(HashedWheelTimer timer, Done extra, long[] at) {
+    static CpuMark settle(HashedWheelTimer timer, Done extra, long[] at, long waitedBefore) {
         Queue<?> added = queue(timer, "timeouts"), cancelled = queue(timer, "cancelledTimeouts");
         long deadline = System.nanoTime() + 120 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime();
         while (!(added.isEmpty() && cancelled.isEmpty() && extra.done())) {
             if (System.nanoTime() > deadline) {
                 die("the worker did not settle within 120 s");
@@ -400,7 +403,14 @@ public final class HwtBench {
             sleepNs(MS_NS);
         }
         at[0] = System.nanoTime();
-        return cpuMark();
+        long waited = waitedBefore + THREADS.getCurrentThreadCpuTime() - self0;
+        CpuMark m = cpuMark();
+        m.waited = waited;
+        return m;
+    }
+
+    static CpuMark settle(HashedWheelTimer timer, Done extra, long[] at) {
+        return settle(timer, extra, at, 0);
     }
 
     static String cpuKeys(CpuMark a, CpuMark b, long ops, long end, long at) {
@@ -624,13 +634,15 @@ public final class HwtBench {
         long wall = own ? team.step(cancel) : runPhase(p, cancel);
         long done = System.nanoTime();
         long deadline = done + 60 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime(); /* the measurement's wait: not counted */
         while (timer.pendingTimeouts() > 1 && System.nanoTime() < deadline) {
             sleepNs(50_000);
         }
         long pendingNs = System.nanoTime() - done;
         long pending = timer.pendingTimeouts();
         long[] at = new long[1];
-        CpuMark cpu1 = settle(timer, () -> timer.pendingTimeouts() <= 1, at);
+        CpuMark cpu1 = settle(timer, () -> timer.pendingTimeouts() <= 1, at,
+                              THREADS.getCurrentThreadCpuTime() - self0);
         if (own) {
             team.stop();
         }
@@ -695,6 +707,7 @@ public final class HwtBench {
             }
         });
         long deadline = System.nanoTime() + c.spanMs * MS_NS + 60 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime(); /* the measurement's wait: not counted */
         while (ran.get() < n) {
             if (System.nanoTime() > deadline) {
                 die(c.workload + ": only " + ran.get() + " of " + n + " tasks ran");
@@ -702,7 +715,7 @@ public final class HwtBench {
             sleepNs(MS_NS);
         }
         long[] at = new long[1];
-        CpuMark cpu1 = settle(timer, () -> true, at);
+        CpuMark cpu1 = settle(timer, () -> true, at, THREADS.getCurrentThreadCpuTime() - self0);
         timer.stop();
         long last = Long.MIN_VALUE, early = 0;
         double sum = 0;
