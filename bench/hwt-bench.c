@@ -32,8 +32,9 @@
  *   ring=      handles per thread, churn       [1000]
  *   quiet_ms=  how long the worker's CPU clock must stand still before its
  *              work is taken as done (cpu_ns_per_op, below)
- *                                              [2 x max(tick, 100 ms): the
- *              worker may leave queued work for one cancel latency]
+ *                                              [3 x max(tick, 100 ms): the
+ *              worker may leave queued work for one cancel latency,
+ *              and a loaded machine may wake it late]
  *   seed=      seed of the delays (splitmix64, same sequence as the Java twin) [42]
  *   dump=FILE  expire/precision: write every task's lateness in microseconds,
  *              sorted ascending, one per line (for bench/plot.gnuplot)
@@ -272,7 +273,7 @@ static void parse_args(struct config *c, int argc, char **argv)
     if (c->settle_ms < 0)
         c->settle_ms = strcmp(c->workload, "memory") == 0 ? 1500 : 1000;
     if (c->quiet_ms < 0)
-        c->quiet_ms = 2 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
+        c->quiet_ms = 3 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
     if (c->wheel > (1L << 30))
         die("wheel must be <= 2^30");
 }

@@ -341,8 +341,8 @@ static void parse_args(struct bench_config *c, int argc, char **argv)
         c->span_ms = precision ? 1000 : 2000;
     if (c->settle_ms < 0)
         c->settle_ms = strcmp(c->workload, "memory") == 0 ? 1500 : 1000;
-    if (c->quiet_ms < 0) /* as hwt-bench: twice libhwtimer's cancel latency */
-        c->quiet_ms = 2 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
+    if (c->quiet_ms < 0) /* as hwt-bench: 3 x libhwtimer's cancel latency */
+        c->quiet_ms = 3 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
 }
 
 /* ------------------------------------------------------------ the phases */
