@@ -18,6 +18,19 @@
  *   - memory reports heap bytes used after System.gc() (several calls), per
  *     pending timeout (bytes_per_timeout), and the process RSS delta as well
  *     (rss_bytes_per_timeout: heap growth; about 0 with -XX:+AlwaysPreTouch).
+ *   - cpu_ns_per_op (the process's CPU time, every thread, from the timed
+ *     phase until the worker is done, per operation; see hwt-bench.c): the
+ *     JVM offers the process's CPU time only in clock ticks (10 ms), so it
+ *     is summed per thread, in nanoseconds, from /proc/self/task/TID/schedstat,
+ *     with the phase threads' own CPU clocks read as they finish (they exit
+ *     before the end). If a thread that was there at the start has gone
+ *     without saying (a JIT compiler thread the JVM retired), its time is
+ *     lost: the figure then falls back to the 10 ms clock, cpu_method=times
+ *     on the line (else cpu_method=schedstat). "Done" is read from the
+ *     timer's own queues (new and cancelled timeouts, by reflection): both
+ *     empty, and for cancel pendingTimeouts() <= 1. Netty's worker wakes
+ *     every tick, so a quiet worker cannot be the sign, as it is for
+ *     hwt-bench and the peers.
  *   - worker CPU comes from ThreadMXBean.getThreadCpuTime of the worker
  *     thread (recorded by the ThreadFactory); wakeups are the worker's
  *     voluntary context switches from /proc (Netty keeps no such counter),
@@ -33,12 +46,18 @@ import java.io.IOException;
 import java.lang.management.ManagementFactory;
 import java.lang.ref.Reference;
 import java.lang.management.ThreadMXBean;
+import java.lang.reflect.Field;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
+import java.util.Queue;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -278,6 +297,127 @@ public final class HwtBench {
         return used;
     }
 
+    /* ------------------------------------------------- CPU of the process */
+
+    static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
+
+    /* Each phase thread's CPU time when it finished, by native thread id. */
+    static final Map<Long, Long> finishedCpu = new ConcurrentHashMap<>();
+
+    static long selfTid() {
+        try {
+            Path p = Files.readSymbolicLink(Paths.get("/proc/thread-self"));
+            return Long.parseLong(p.getFileName().toString());
+        } catch (IOException | NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    /* A phase thread's last call. */
+    static void recordFinished() {
+        long tid = selfTid();
+        if (tid > 0) {
+            finishedCpu.put(tid, THREADS.getCurrentThreadCpuTime());
+        }
+    }
+
+    static final class CpuMark {
+        final Map<Long, Long> live = new HashMap<>();
+        final Map<Long, Long> finished = new HashMap<>(finishedCpu);
+        long coarse;
+        long waited; /* CPU the main thread spent waiting for the worker: not counted */
+    }
+
+    /* Every live thread's CPU time (ns, from schedstat), and the process's in
+     * clock ticks. */
+    static CpuMark cpuMark() {
+        CpuMark m = new CpuMark();
+        try (Stream<Path> tasks = Files.list(Paths.get("/proc/self/task"))) {
+            for (Path p : (Iterable<Path>) tasks::iterator) {
+                try {
+                    String st = new String(Files.readAllBytes(p.resolve("schedstat"))).trim();
+                    m.live.put(Long.parseLong(p.getFileName().toString()),
+                               Long.parseLong(st.substring(0, st.indexOf(' '))));
+                } catch (IOException | RuntimeException e) {
+                    // thread gone
+                }
+            }
+        } catch (IOException e) {
+            // leave it empty: the coarse figure is used
+        }
+        m.coarse = ((com.sun.management.OperatingSystemMXBean) ManagementFactory
+                        .getOperatingSystemMXBean()).getProcessCpuTime();
+        return m;
+    }
+
+    static String cpuMethod = "schedstat";
+
+    /* CPU time of the process between two marks, every thread. */
+    static long cpuBetween(CpuMark a, CpuMark b) {
+        Set<Long> all = new HashSet<>(b.live.keySet());
+        all.addAll(b.finished.keySet());
+        long sum = 0;
+        for (long tid : all) {
+            long end = b.finished.containsKey(tid) ? b.finished.get(tid) : b.live.get(tid);
+            long start = a.finished.containsKey(tid) ? a.finished.get(tid)
+                                                     : a.live.getOrDefault(tid, 0L);
+            sum += end - start;
+        }
+        sum -= b.waited - a.waited;
+        for (long tid : a.live.keySet()) {
+            if (!b.live.containsKey(tid) && !b.finished.containsKey(tid)) {
+                cpuMethod = "times";
+                return b.coarse - a.coarse - (b.waited - a.waited);
+            }
+        }
+        return sum;
+    }
+
+    /* The timer's queues of new and of cancelled timeouts (private fields). */
+    static Queue<?> queue(HashedWheelTimer timer, String name) {
+        try {
+            Field f = HashedWheelTimer.class.getDeclaredField(name);
+            f.setAccessible(true);
+            return (Queue<?>) f.get(timer);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            die("cannot read HashedWheelTimer." + name + ": " + e);
+            return null;
+        }
+    }
+
+    interface Done {
+        boolean done();
+    }
+
+    /* Waits until the worker has moved every new timeout and unlinked every
+     * cancelled one (and `extra` holds); returns the mark taken then, and
+     * when, in at[0]. */
+    static CpuMark settle(HashedWheelTimer timer, Done extra, long[] at, long waitedBefore) {
+        Queue<?> added = queue(timer, "timeouts"), cancelled = queue(timer, "cancelledTimeouts");
+        long deadline = System.nanoTime() + 120 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime();
+        while (!(added.isEmpty() && cancelled.isEmpty() && extra.done())) {
+            if (System.nanoTime() > deadline) {
+                die("the worker did not settle within 120 s");
+            }
+            sleepNs(MS_NS);
+        }
+        at[0] = System.nanoTime();
+        long waited = waitedBefore + THREADS.getCurrentThreadCpuTime() - self0;
+        CpuMark m = cpuMark();
+        m.waited = waited;
+        return m;
+    }
+
+    static CpuMark settle(HashedWheelTimer timer, Done extra, long[] at) {
+        return settle(timer, extra, at, 0);
+    }
+
+    static String cpuKeys(CpuMark a, CpuMark b, long ops, long end, long at) {
+        return " cpu_ns_per_op=" + f1((double) cpuBetween(a, b) / Math.max(ops, 1))
+            + String.format(" drain_ms=%.2f", (at - end) / 1e6) + " cpu_method=" + cpuMethod;
+    }
+
     /* ----------------------------------------------------- parallel phases */
 
     interface Body {
@@ -298,6 +438,7 @@ public final class HwtBench {
                     start[self] = System.nanoTime();
                     body.run(self, threads);
                     end[self] = System.nanoTime();
+                    recordFinished();
                 } catch (Throwable e) {
                     synchronized (error) {
                         error[0] = e;
@@ -325,38 +466,155 @@ public final class HwtBench {
         return last - first;
     }
 
+    /* P threads that run several phases (schedule_warm, cancel_own), so that a
+     * thread's later phases work on what it scheduled itself. */
+    static final class Team {
+        final int threads;
+        final CyclicBarrier go, done;
+        final Thread[] ts;
+        final long[] start, end;
+        volatile Body body;
+        volatile Throwable error;
+
+        Team(int p) {
+            threads = p;
+            go = new CyclicBarrier(p + 1);
+            done = new CyclicBarrier(p + 1);
+            ts = new Thread[p];
+            start = new long[p];
+            end = new long[p];
+            for (int i = 0; i < p; i++) {
+                final int self = i;
+                ts[i] = new Thread(() -> {
+                    try {
+                        for (;;) {
+                            go.await();
+                            Body b = body;
+                            if (b == null) {
+                                break;
+                            }
+                            start[self] = System.nanoTime();
+                            b.run(self, p);
+                            end[self] = System.nanoTime();
+                            done.await();
+                        }
+                        recordFinished();
+                    } catch (Throwable e) {
+                        error = e;
+                        go.reset();
+                        done.reset();
+                    }
+                }, "bench-" + i);
+                ts[i].start();
+            }
+        }
+
+        long step(Body b) {
+            body = b;
+            try {
+                go.await();
+                done.await();
+            } catch (Exception e) {
+                if (error != null) {
+                    error.printStackTrace();
+                }
+                die("a team thread failed: " + e);
+            }
+            long first = Long.MAX_VALUE, last = Long.MIN_VALUE;
+            for (int i = 0; i < threads; i++) {
+                first = Math.min(first, start[i]);
+                last = Math.max(last, end[i]);
+            }
+            return last - first;
+        }
+
+        void stop() {
+            body = null;
+            try {
+                go.await();
+                for (Thread t : ts) {
+                    t.join();
+                }
+            } catch (Exception e) {
+                die("a team thread failed: " + e);
+            }
+        }
+    }
+
     /* ---------------------------------------------------------- workloads */
 
     static void schedule(Config c) {
         HashedWheelTimer timer = startTimer(c);
         int n = (int) c.n, p = (int) c.threads;
         long[] delays = uniformDelays(n, 10 * S_NS, 70 * S_NS, c.seed);
+        CpuMark cpu0 = cpuMark();
         long wall = runPhase(p, (self, threads) -> {
             for (int i = self; i < n; i += threads) {
                 timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
             }
         });
+        long end = System.nanoTime();
+        long[] at = new long[1];
+        CpuMark cpu1 = settle(timer, () -> true, at);
         long t0 = System.nanoTime();
         Set<Timeout> list = timer.stop();
         long stop = System.nanoTime() - t0;
         putParams(c);
         put(" ns_per_op=" + f1((double) wall / n) + " stop_ms=" + f1(stop / 1e6) + " list="
-            + list.size());
+            + list.size() + cpuKeys(cpu0, cpu1, n, end, at[0]));
     }
 
-    static void cancel(Config c) {
+    /* schedule_warm: the same threads schedule n, cancel them, and the worker
+     * unlinks them (untimed); then the threads schedule n again (timed). */
+    static void scheduleWarm(Config c) {
+        HashedWheelTimer timer = startTimer(c);
+        int n = (int) c.n, p = (int) c.threads;
+        long[] delays = uniformDelays(n, 10 * S_NS, 70 * S_NS, c.seed);
+        Timeout[] handles = new Timeout[n];
+        Team team = new Team(p);
+        team.step((self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                handles[i] = timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        team.step((self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                handles[i].cancel();
+                handles[i] = null;
+            }
+        });
+        long[] at = new long[1];
+        settle(timer, () -> timer.pendingTimeouts() <= 1, at);
+        CpuMark cpu0 = cpuMark();
+        long wall = team.step((self, threads) -> {
+            for (int i = self; i < n; i += threads) {
+                timer.newTimeout(NOOP, delays[i], TimeUnit.NANOSECONDS);
+            }
+        });
+        long end = System.nanoTime();
+        CpuMark cpu1 = settle(timer, () -> true, at);
+        team.stop();
+        long pending = timer.pendingTimeouts();
+        timer.stop();
+        putParams(c);
+        put(" ns_per_op=" + f1((double) wall / n) + cpuKeys(cpu0, cpu1, n, end, at[0]) + " pending="
+            + pending);
+    }
+
+    /* cancel: P threads schedule, P other threads cancel; cancel_own (own):
+     * each of P threads cancels what it scheduled itself. */
+    static void cancel(Config c, boolean own) {
         HashedWheelTimer timer = startTimer(c);
         int n = (int) c.n, p = (int) c.threads;
         Timeout[] handles = new Timeout[n];
-        runPhase(p, (self, threads) -> {
+        Body schedule = (self, threads) -> {
             for (int i = self; i < n; i += threads) {
                 handles[i] = timer.newTimeout(NOOP, 10 * S_NS + (i % 60000) * MS_NS,
                                               TimeUnit.NANOSECONDS);
             }
-        });
-        sleepNs(c.waitMs * MS_NS);
+        };
         AtomicLong ok = new AtomicLong();
-        long wall = runPhase(p, (self, threads) -> {
+        Body cancel = (self, threads) -> {
             long mine = 0;
             for (int i = self; i < n; i += threads) {
                 if (handles[i].cancel()) {
@@ -364,18 +622,34 @@ public final class HwtBench {
                 }
             }
             ok.addAndGet(mine);
-        });
+        };
+        Team team = own ? new Team(p) : null;
+        if (own) {
+            team.step(schedule);
+        } else {
+            runPhase(p, schedule);
+        }
+        sleepNs(c.waitMs * MS_NS);
+        CpuMark cpu0 = cpuMark();
+        long wall = own ? team.step(cancel) : runPhase(p, cancel);
         long done = System.nanoTime();
         long deadline = done + 60 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime(); /* the measurement's wait: not counted */
         while (timer.pendingTimeouts() > 1 && System.nanoTime() < deadline) {
             sleepNs(50_000);
         }
         long pendingNs = System.nanoTime() - done;
         long pending = timer.pendingTimeouts();
+        long[] at = new long[1];
+        CpuMark cpu1 = settle(timer, () -> timer.pendingTimeouts() <= 1, at,
+                              THREADS.getCurrentThreadCpuTime() - self0);
+        if (own) {
+            team.stop();
+        }
         timer.stop();
         putParams(c);
         put(" ns_per_op=" + f1((double) wall / n) + String.format(" pending_ms=%.2f", pendingNs / 1e6)
-            + " cancelled=" + ok.get() + " pending=" + pending);
+            + " cancelled=" + ok.get() + " pending=" + pending + cpuKeys(cpu0, cpu1, n, done, at[0]));
     }
 
     static void churn(Config c) {
@@ -384,6 +658,7 @@ public final class HwtBench {
         Timeout[] handles = new Timeout[p * ring];
         long iters = n / p;
         AtomicLong ok = new AtomicLong();
+        CpuMark cpu0 = cpuMark();
         long wall = runPhase(p, (self, threads) -> {
             long mine = 0;
             int base = self * ring;
@@ -399,11 +674,14 @@ public final class HwtBench {
             }
             ok.addAndGet(mine);
         });
+        long end = System.nanoTime();
+        long[] at = new long[1];
+        CpuMark cpu1 = settle(timer, () -> true, at);
         long pairs = iters * p;
         timer.stop();
         putParams(c);
         put(" ring=" + ring + " ns_per_op=" + f1((double) wall / Math.max(pairs, 1)) + " pairs=" + pairs
-            + " cancelled=" + ok.get());
+            + " cancelled=" + ok.get() + cpuKeys(cpu0, cpu1, pairs, end, at[0]));
     }
 
     static void expire(Config c) throws IOException {
@@ -420,6 +698,7 @@ public final class HwtBench {
                 ran.incrementAndGet();
             };
         }
+        CpuMark cpu0 = cpuMark();
         long t0 = System.nanoTime();
         long wall = runPhase(p, (self, threads) -> {
             for (int i = self; i < n; i += threads) {
@@ -428,12 +707,15 @@ public final class HwtBench {
             }
         });
         long deadline = System.nanoTime() + c.spanMs * MS_NS + 60 * S_NS;
+        long self0 = THREADS.getCurrentThreadCpuTime(); /* the measurement's wait: not counted */
         while (ran.get() < n) {
             if (System.nanoTime() > deadline) {
                 die(c.workload + ": only " + ran.get() + " of " + n + " tasks ran");
             }
             sleepNs(MS_NS);
         }
+        long[] at = new long[1];
+        CpuMark cpu1 = settle(timer, () -> true, at, THREADS.getCurrentThreadCpuTime() - self0);
         timer.stop();
         long last = Long.MIN_VALUE, early = 0;
         double sum = 0;
@@ -465,7 +747,8 @@ public final class HwtBench {
             + f1(percentile(late, 90) / 1e3) + " p99_us=" + f1(percentile(late, 99) / 1e3)
             + " p999_us=" + f1(percentile(late, 99.9) / 1e3) + " max_us=" + f1(late[n - 1] / 1e3)
             + " max_due_ms=" + f1(worstDue / 1e6) + " mean_us=" + f1(sum / n / 1e3) + " early="
-            + early);
+            + early + " cpu_ns_per_op=" + f1((double) cpuBetween(cpu0, cpu1) / n) + " cpu_method="
+            + cpuMethod);
     }
 
     static final class Sample {
@@ -551,7 +834,9 @@ public final class HwtBench {
     static void run(Config c) throws IOException {
         switch (c.workload) {
             case "schedule": schedule(c); break;
-            case "cancel": cancel(c); break;
+            case "schedule_warm": scheduleWarm(c); break;
+            case "cancel": cancel(c, false); break;
+            case "cancel_own": cancel(c, true); break;
             case "churn": churn(c); break;
             case "expire":
             case "precision": expire(c); break;
@@ -573,8 +858,9 @@ public final class HwtBench {
                                + System.getProperty("java.vm.version"));
             return;
         }
-        List<String> known = Arrays.asList("schedule", "cancel", "churn", "expire", "precision",
-                                           "idle", "hold", "memory");
+        List<String> known = Arrays.asList("schedule", "schedule_warm", "cancel", "cancel_own",
+                                           "churn", "expire", "precision", "idle", "hold",
+                                           "memory");
         if (!known.contains(args[0])) {
             die("unknown workload '" + args[0] + "'");
         }
@@ -591,6 +877,7 @@ public final class HwtBench {
             System.err.println("# warm-up: " + line);
             line.setLength(0);
             worker = null;
+            cpuMethod = "schedstat";
             /* No System.gc() here: a full GC right after the warm-up shrinks
              * G1's heap (to ~40 MB), and the measured run then pays for many
              * young collections and heap growth (cancel: 2-3x slower). */

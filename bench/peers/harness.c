@@ -1,0 +1,830 @@
+/*
+ * harness.c - hwt-bench's workloads for a peer (harness.h): the same
+ * parameters, the same delays (splitmix64), the same phases and the same
+ * output keys as bench/hwt-bench.c, so that a line of either can be read the
+ * same way.
+ *
+ * Workloads: schedule, schedule_warm, cancel, cancel_own, churn, expire,
+ * precision, memory (hwt-bench's idle, hold and jitter measure libhwtimer's
+ * worker alone and have no twin here). Every workload except memory reports,
+ * beside wall time per operation, cpu_ns_per_op: the CPU time of the whole
+ * process (every thread, the worker included, CLOCK_PROCESS_CPUTIME_ID) from
+ * the start of the timed phase until the work it left to the worker is done,
+ * per operation. "Done" is what settle() waits for: the peer says so
+ * (settled()), and the worker's CPU clock has stood still for quiet_ms; the
+ * CPU time is taken at the first sample that saw the worker's final CPU time,
+ * so the quiet window itself is not counted.
+ *
+ * Threads: the timed phases run on P threads released together; thread
+ * `self` handles slots self, self + P, ... (wall = last end - first start).
+ * cancel uses other threads than the ones that scheduled (as hwt-bench's
+ * cancel); cancel_own and schedule_warm keep the same threads for every
+ * phase (a thread cancels, or schedules again, only what it scheduled).
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MS_NS INT64_C(1000000)
+#define S_NS INT64_C(1000000000)
+
+static struct bench_peer *peer;
+
+/* --------------------------------------------------------------- helpers */
+
+void bench_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", peer != NULL ? peer->name : "bench");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+int64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / S_NS), (long)(ns % S_NS)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void *bench_xmalloc(size_t size)
+{
+    void *p = malloc(size == 0 ? 1 : size);
+    if (p == NULL)
+        bench_die("out of memory (%zu bytes)", size);
+    return p;
+}
+
+void bench_worker_named(void)
+{
+    prctl(PR_SET_NAME, BENCH_WORKER_NAME, 0, 0, 0);
+}
+
+/* Writes every page so that later writes (from a task) do not fault. */
+static void prefault(void *p, size_t size)
+{
+    volatile char *c = p;
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < size; i += (size_t)page)
+        c[i] = 1;
+    memset(p, 0, size);
+    if (size > 0)
+        c[0] = 0;
+}
+
+/* splitmix64, the same sequence and mapping as hwt-bench.c and HwtBench.java. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static int64_t *uniform_delays(size_t n, int64_t lo, int64_t hi, uint64_t seed)
+{
+    int64_t *d = bench_xmalloc(n * sizeof *d);
+    uint64_t state = seed;
+    uint64_t range = (uint64_t)(hi - lo);
+    for (size_t i = 0; i < n; i++)
+        d[i] = lo + (int64_t)((splitmix64(&state) >> 1) % (range == 0 ? 1 : range));
+    return d;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t percentile(const int64_t *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    double rank = p / 100.0 * (double)n;
+    size_t idx = (size_t)rank;
+    if ((double)idx < rank)
+        idx++;
+    if (idx == 0)
+        idx = 1;
+    if (idx > n)
+        idx = n;
+    return sorted[idx - 1];
+}
+
+/* ------------------------------------------------- CPU, memory, threads */
+
+static int64_t proc_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
+static int64_t self_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
+/* The CPU clock of thread `tid` of this process (the kernel's encoding of a
+ * per-thread CPUCLOCK_SCHED clock, as pthread_getcpuclockid gives); -1 if it
+ * cannot be read. */
+static int64_t thread_cpu_ns(pid_t tid)
+{
+    clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6u);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
+}
+
+/* The worker's thread id, found by name (it names itself when it starts). */
+static pid_t worker_tid(void)
+{
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        DIR *dir = opendir("/proc/self/task");
+        if (dir == NULL)
+            break;
+        struct dirent *e;
+        pid_t found = -1;
+        while ((e = readdir(dir)) != NULL) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            char path[300], comm[32] = "";
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (f == NULL)
+                continue;
+            if (fgets(comm, sizeof comm, f) != NULL) {
+                comm[strcspn(comm, "\n")] = '\0';
+                if (strcmp(comm, BENCH_WORKER_NAME) == 0)
+                    found = (pid_t)atoi(e->d_name);
+            }
+            fclose(f);
+        }
+        closedir(dir);
+        if (found > 0)
+            return found;
+        sleep_ns(MS_NS);
+    }
+    bench_die("worker thread '%s' not found in /proc/self/task", BENCH_WORKER_NAME);
+}
+
+static int64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        bench_die("cannot open /proc/self/statm");
+    long long size, resident;
+    if (fscanf(f, "%lld %lld", &size, &resident) != 2)
+        bench_die("cannot parse /proc/self/statm");
+    fclose(f);
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+/* Kernel memory, machine-wide, from /proc/meminfo (kB). */
+struct kmem {
+    int64_t slab_kb, sunreclaim_kb, vmalloc_kb;
+};
+
+static void kernel_memory(struct kmem *k)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL)
+        bench_die("cannot open /proc/meminfo");
+    char buf[256];
+    k->slab_kb = k->sunreclaim_kb = k->vmalloc_kb = 0;
+    while (fgets(buf, sizeof buf, f) != NULL) {
+        long long v;
+        if (sscanf(buf, "Slab: %lld", &v) == 1)
+            k->slab_kb = v;
+        else if (sscanf(buf, "SUnreclaim: %lld", &v) == 1)
+            k->sunreclaim_kb = v;
+        else if (sscanf(buf, "VmallocUsed: %lld", &v) == 1)
+            k->vmalloc_kb = v;
+    }
+    fclose(f);
+}
+
+/* ------------------------------------------------------ the output line */
+
+static char line[4096];
+static size_t line_len;
+
+static void put(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void put(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (line_len < sizeof line - 1) {
+        int w = vsnprintf(line + line_len, sizeof line - line_len, fmt, ap);
+        if (w > 0)
+            line_len += (size_t)w;
+        if (line_len > sizeof line - 1)
+            line_len = sizeof line - 1;
+    }
+    va_end(ap);
+}
+
+static char notes[512];
+static size_t notes_len;
+
+void bench_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (notes_len < sizeof notes - 1) {
+        int w = vsnprintf(notes + notes_len, sizeof notes - notes_len, fmt, ap);
+        if (w > 0)
+            notes_len += (size_t)w;
+        if (notes_len > sizeof notes - 1)
+            notes_len = sizeof notes - 1;
+    }
+    va_end(ap);
+}
+
+static void put_params(const struct bench_config *c)
+{
+    put("%s %s n=%ld threads=%ld tick_us=%ld wheel=%ld", peer->name, c->workload, c->n, c->threads,
+        c->tick_us, c->wheel);
+}
+
+/* -------------------------------------------------------- configuration */
+
+static long parse_long(const char *key, const char *v, long min)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < min)
+        bench_die("bad value for %s: '%s' (an integer >= %ld)", key, v, min);
+    return x;
+}
+
+static void parse_args(struct bench_config *c, int argc, char **argv)
+{
+    c->n = c->tick_us = c->span_ms = c->settle_ms = c->quiet_ms = -1;
+    c->threads = 2;
+    c->wheel = 512;
+    c->wait_ms = 200;
+    c->ring = 1000;
+    c->seconds = 5.0;
+    c->seed = 42;
+    c->dump = NULL;
+    for (int i = 2; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (eq == NULL)
+            bench_die("expected key=value, got '%s'", argv[i]);
+        *eq = '\0';
+        const char *k = argv[i], *v = eq + 1;
+        if (strcmp(k, "n") == 0)
+            c->n = parse_long(k, v, 1);
+        else if (strcmp(k, "threads") == 0)
+            c->threads = parse_long(k, v, 1);
+        else if (strcmp(k, "tick_us") == 0)
+            c->tick_us = parse_long(k, v, 1);
+        else if (strcmp(k, "wheel") == 0)
+            c->wheel = parse_long(k, v, 1);
+        else if (strcmp(k, "span_ms") == 0)
+            c->span_ms = parse_long(k, v, 1);
+        else if (strcmp(k, "settle_ms") == 0)
+            c->settle_ms = parse_long(k, v, 0);
+        else if (strcmp(k, "wait_ms") == 0)
+            c->wait_ms = parse_long(k, v, 0);
+        else if (strcmp(k, "ring") == 0)
+            c->ring = parse_long(k, v, 1);
+        else if (strcmp(k, "quiet_ms") == 0)
+            c->quiet_ms = parse_long(k, v, 1);
+        else if (strcmp(k, "seed") == 0)
+            c->seed = (uint64_t)parse_long(k, v, 0);
+        else if (strcmp(k, "dump") == 0)
+            c->dump = v;
+        else if (strcmp(k, "seconds") == 0) {
+            char *end;
+            c->seconds = strtod(v, &end);
+            if (end == v || *end != '\0' || !(c->seconds > 0) || c->seconds > 86400)
+                bench_die("bad value for seconds: '%s'", v);
+        } else if (peer->key == NULL || !peer->key(k, v))
+            bench_die("unknown key '%s'", k);
+    }
+    int precision = strcmp(c->workload, "precision") == 0;
+    if (c->n < 0)
+        c->n = precision ? 10000 : 1000000;
+    if (c->tick_us < 0)
+        c->tick_us = precision ? 100 : 1000;
+    if (c->span_ms < 0)
+        c->span_ms = precision ? 1000 : 2000;
+    if (c->settle_ms < 0)
+        c->settle_ms = strcmp(c->workload, "memory") == 0 ? 1500 : 1000;
+    if (c->quiet_ms < 0) /* as hwt-bench: 3 x libhwtimer's cancel latency */
+        c->quiet_ms = 3 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
+}
+
+/* ------------------------------------------------------------ the phases */
+
+struct work;
+typedef void (*step_fn)(struct work *w, size_t self);
+
+struct work {
+    const struct bench_config *c;
+    void *t;
+    size_t n, threads;
+    const int64_t *delays;
+    int64_t *sched_at;
+    _Atomic uint64_t ok; /* cancels and re-arms that returned 1, all phases */
+};
+
+/* P threads that run steps together: each step starts when all are at the
+ * `go` barrier (the main thread too) and ends at `done`. */
+struct team {
+    struct work *w;
+    size_t threads;
+    pthread_t *tid;
+    struct team_arg *args;
+    pthread_barrier_t go, done;
+    step_fn fn; /* NULL: exit */
+    int64_t *start, *end;
+};
+
+struct team_arg {
+    struct team *team;
+    size_t self;
+};
+
+static void *team_thread(void *p)
+{
+    struct team_arg *a = p;
+    struct team *tm = a->team;
+    for (;;) {
+        pthread_barrier_wait(&tm->go);
+        step_fn fn = tm->fn;
+        if (fn == NULL)
+            return NULL;
+        tm->start[a->self] = bench_now_ns();
+        fn(tm->w, a->self);
+        tm->end[a->self] = bench_now_ns();
+        pthread_barrier_wait(&tm->done);
+    }
+}
+
+static void team_start(struct team *tm, struct work *w)
+{
+    size_t p = w->threads;
+    tm->w = w;
+    tm->threads = p;
+    tm->tid = bench_xmalloc(p * sizeof *tm->tid);
+    tm->args = bench_xmalloc(p * sizeof *tm->args);
+    tm->start = bench_xmalloc(p * sizeof *tm->start);
+    tm->end = bench_xmalloc(p * sizeof *tm->end);
+    if (pthread_barrier_init(&tm->go, NULL, (unsigned)p + 1) != 0 ||
+        pthread_barrier_init(&tm->done, NULL, (unsigned)p + 1) != 0)
+        bench_die("pthread_barrier_init");
+    for (size_t i = 0; i < p; i++) {
+        tm->args[i] = (struct team_arg){tm, i};
+        if (pthread_create(&tm->tid[i], NULL, team_thread, &tm->args[i]) != 0)
+            bench_die("pthread_create");
+    }
+}
+
+/* Runs fn on every thread of the team; returns the wall time in ns. */
+static int64_t team_step(struct team *tm, step_fn fn)
+{
+    tm->fn = fn;
+    pthread_barrier_wait(&tm->go);
+    pthread_barrier_wait(&tm->done);
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < tm->threads; i++) {
+        if (tm->start[i] < first)
+            first = tm->start[i];
+        if (tm->end[i] > last)
+            last = tm->end[i];
+    }
+    return last - first;
+}
+
+static void team_stop(struct team *tm)
+{
+    tm->fn = NULL;
+    pthread_barrier_wait(&tm->go);
+    for (size_t i = 0; i < tm->threads; i++)
+        pthread_join(tm->tid[i], NULL);
+    pthread_barrier_destroy(&tm->go);
+    pthread_barrier_destroy(&tm->done);
+    free(tm->tid);
+    free(tm->args);
+    free(tm->start);
+    free(tm->end);
+}
+
+/* One step on fresh threads. */
+static int64_t run_phase(struct work *w, step_fn fn)
+{
+    struct team tm;
+    team_start(&tm, w);
+    int64_t wall = team_step(&tm, fn);
+    team_stop(&tm);
+    return wall;
+}
+
+static void step_arm(struct work *w, size_t self)
+{
+    for (size_t i = self; i < w->n; i += w->threads)
+        peer->arm(w->t, i, w->delays[i]);
+}
+
+static void step_arm_recorded(struct work *w, size_t self)
+{
+    for (size_t i = self; i < w->n; i += w->threads) {
+        w->sched_at[i] = bench_now_ns();
+        peer->arm(w->t, i, w->delays[i]);
+    }
+}
+
+static void step_cancel(struct work *w, size_t self)
+{
+    uint64_t ok = 0;
+    for (size_t i = self; i < w->n; i += w->threads)
+        ok += (uint64_t)peer->cancel(w->t, i);
+    atomic_fetch_add(&w->ok, ok);
+}
+
+/* churn: thread self owns slots [self * ring, (self + 1) * ring); n / P
+ * times it re-arms the next one for 30 s. */
+static void step_churn(struct work *w, size_t self)
+{
+    size_t ring = (size_t)w->c->ring, iters = w->n / w->threads;
+    size_t base = self * ring;
+    uint64_t ok = 0;
+    for (size_t k = 0, s = 0; k < iters; k++) {
+        ok += (uint64_t)peer->rearm(w->t, base + s, 30 * S_NS);
+        if (++s == ring)
+            s = 0;
+    }
+    atomic_fetch_add(&w->ok, ok);
+}
+
+/* ---------------------------------------------------------- settle */
+
+static int64_t *ran_at;
+static _Atomic size_t ran_count;
+
+void bench_task_ran(size_t i)
+{
+    ran_at[i] = bench_now_ns();
+    atomic_fetch_add_explicit(&ran_count, 1, memory_order_release);
+}
+
+struct settled {
+    int64_t cpu_ns;    /* process CPU time when the worker was done */
+    int64_t at_ns;     /* and when */
+    int64_t worker_ns; /* the worker's CPU clock then */
+};
+
+/* Waits until the peer says its worker has nothing left (and, for expire,
+ * until `target` tasks ran), and the worker's CPU clock has not moved for
+ * quiet_ms; gives the process CPU time at the first sample that saw the
+ * worker's final CPU time. The worker's clock is read before the process's,
+ * so the latter covers all the worker did up to the former. The CPU time
+ * this thread spends polling is taken off: it is the measurement's, not the
+ * peer's. */
+static struct settled settle(struct work *w, pid_t wtid, size_t target)
+{
+    int64_t quiet = w->c->quiet_ms * MS_NS;
+    int64_t deadline = bench_now_ns() + 120 * S_NS;
+    int64_t last_worker = -2, quiet_since = 0, self0 = self_cpu_ns();
+    struct settled s = {0, 0, 0};
+    for (;;) {
+        int64_t wc = thread_cpu_ns(wtid);
+        int64_t pc = proc_cpu_ns() - (self_cpu_ns() - self0);
+        int64_t now = bench_now_ns();
+        int done = (peer->settled == NULL || peer->settled(w->t, atomic_load(&w->ok))) &&
+                   atomic_load_explicit(&ran_count, memory_order_acquire) >= target;
+        if (!done || wc != last_worker) {
+            last_worker = wc;
+            quiet_since = now;
+            s = (struct settled){pc, now, wc};
+        } else if (now - quiet_since >= quiet) {
+            return s;
+        }
+        if (now > deadline)
+            bench_die("%s: the worker did not settle within 120 s (%zu of %zu tasks ran)",
+                      w->c->workload, atomic_load(&ran_count), target);
+        sleep_ns(MS_NS);
+    }
+}
+
+/* ------------------------------------------------------------ workloads */
+
+static void init_work(struct work *w, const struct bench_config *c, void *t)
+{
+    memset(w, 0, sizeof *w);
+    w->c = c;
+    w->t = t;
+    w->n = (size_t)c->n;
+    w->threads = (size_t)c->threads;
+    atomic_store(&ran_count, 0);
+}
+
+static double per(int64_t ns, size_t n)
+{
+    return (double)ns / (double)(n ? n : 1);
+}
+
+static void w_schedule(const struct bench_config *c)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    peer->slots(t, w.n, BENCH_NOOP);
+    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    w.delays = delays;
+    pid_t wtid = worker_tid();
+
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = run_phase(&w, step_arm);
+    int64_t end = bench_now_ns();
+    struct settled s = settle(&w, wtid, 0);
+
+    int64_t t0 = bench_now_ns();
+    peer->destroy(t);
+    int64_t destroy = bench_now_ns() - t0;
+    free(delays);
+    put_params(c);
+    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f destroy_ms=%.1f", per(wall, w.n),
+        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, (double)destroy / 1e6);
+}
+
+/* schedule_warm: the same threads schedule n, cancel them all and let the
+ * worker settle (untimed), then schedule the same slots again (timed). */
+static void w_schedule_warm(const struct bench_config *c)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    peer->slots(t, w.n, BENCH_NOOP);
+    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    w.delays = delays;
+    pid_t wtid = worker_tid();
+    struct team tm;
+    team_start(&tm, &w);
+    team_step(&tm, step_arm);
+    team_step(&tm, step_cancel);
+    settle(&w, wtid, 0);
+
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = team_step(&tm, step_arm);
+    int64_t end = bench_now_ns();
+    struct settled s = settle(&w, wtid, 0);
+    team_stop(&tm);
+    peer->destroy(t);
+    free(delays);
+    put_params(c);
+    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f", per(wall, w.n),
+        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6);
+}
+
+/* cancel (other threads cancel, interleaved) and cancel_own (each thread
+ * cancels what it scheduled itself). */
+static void cancel_common(const struct bench_config *c, int own)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    peer->slots(t, w.n, BENCH_NOOP);
+    int64_t *delays = bench_xmalloc(w.n * sizeof *delays);
+    for (size_t i = 0; i < w.n; i++)
+        delays[i] = 10 * S_NS + (int64_t)(i % 60000) * MS_NS;
+    w.delays = delays;
+    pid_t wtid = worker_tid();
+
+    struct team tm;
+    team_start(&tm, &w);
+    team_step(&tm, step_arm);
+    if (!own) {
+        team_stop(&tm);
+        team_start(&tm, &w);
+    }
+    sleep_ns(c->wait_ms * MS_NS);
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = team_step(&tm, step_cancel);
+    int64_t end = bench_now_ns();
+    struct settled s = settle(&w, wtid, 0);
+    team_stop(&tm);
+    uint64_t cancelled = atomic_load(&w.ok);
+    peer->destroy(t);
+    free(delays);
+    put_params(c);
+    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f cancelled=%" PRIu64, per(wall, w.n),
+        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, cancelled);
+}
+
+static void w_cancel(const struct bench_config *c)
+{
+    cancel_common(c, 0);
+}
+
+static void w_cancel_own(const struct bench_config *c)
+{
+    cancel_common(c, 1);
+}
+
+static void w_churn(const struct bench_config *c)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    size_t slots = w.threads * (size_t)c->ring;
+    peer->slots(t, slots, BENCH_NOOP);
+    pid_t wtid = worker_tid();
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = run_phase(&w, step_churn);
+    int64_t end = bench_now_ns();
+    struct settled s = settle(&w, wtid, 0);
+    peer->destroy(t);
+    size_t pairs = (w.n / w.threads) * w.threads;
+    /* Every re-arm after a slot's first replaces a pending 30 s timeout. */
+    size_t cancelled = pairs > slots ? pairs - slots : 0;
+    put_params(c);
+    put(" ring=%ld ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f pairs=%zu cancelled=%zu",
+        c->ring, per(wall, pairs), per(s.cpu_ns - cpu0, pairs), (double)(s.at_ns - end) / 1e6,
+        pairs, cancelled);
+}
+
+static void write_dump(const char *path, const int64_t *sorted, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        bench_die("cannot write %s: %s", path, strerror(errno));
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%.3f\n", (double)sorted[i] / 1e3);
+    if (fclose(f) != 0)
+        bench_die("cannot write %s", path);
+}
+
+/* expire and precision: n timeouts uniform in [0, span_ms); lateness =
+ * run - (time scheduled + delay). */
+static void w_expire(const struct bench_config *c)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    int64_t *delays = uniform_delays(w.n, 0, c->span_ms * MS_NS, c->seed);
+    w.delays = delays;
+    w.sched_at = bench_xmalloc(w.n * sizeof *w.sched_at);
+    ran_at = bench_xmalloc(w.n * sizeof *ran_at);
+    prefault(w.sched_at, w.n * sizeof *w.sched_at);
+    prefault(ran_at, w.n * sizeof *ran_at);
+    peer->slots(t, w.n, BENCH_RECORD);
+    pid_t wtid = worker_tid();
+    int64_t wcpu0 = thread_cpu_ns(wtid);
+
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t t0 = bench_now_ns();
+    int64_t wall = run_phase(&w, step_arm_recorded);
+    struct settled s = settle(&w, wtid, w.n);
+    peer->destroy(t);
+
+    int64_t last = INT64_MIN;
+    size_t early = 0, worst = 0;
+    int64_t *late = bench_xmalloc(w.n * sizeof *late);
+    double sum = 0;
+    for (size_t i = 0; i < w.n; i++) {
+        if (ran_at[i] > last)
+            last = ran_at[i];
+        late[i] = ran_at[i] - (w.sched_at[i] + delays[i]);
+        early += late[i] < 0;
+        if (late[i] > late[worst])
+            worst = i;
+        sum += (double)late[i];
+    }
+    int64_t worst_due = w.sched_at[worst] + delays[worst] - t0;
+    qsort(late, w.n, sizeof *late, cmp_i64);
+    if (c->dump != NULL)
+        write_dump(c->dump, late, w.n);
+
+    put_params(c);
+    put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
+        "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu worker_cpu_ms=%.1f "
+        "cpu_ns_per_op=%.1f",
+        c->span_ms, (double)(last - t0) / 1e6, per(wall, w.n),
+        (double)percentile(late, w.n, 50) / 1e3, (double)percentile(late, w.n, 90) / 1e3,
+        (double)percentile(late, w.n, 99) / 1e3, (double)percentile(late, w.n, 99.9) / 1e3,
+        (double)late[w.n - 1] / 1e3, (double)worst_due / 1e6, sum / (double)w.n / 1e3, early,
+        (double)(s.worker_ns - wcpu0) / 1e6, per(s.cpu_ns - cpu0, w.n));
+    free(late);
+    free(ran_at);
+    ran_at = NULL;
+    free(w.sched_at);
+    free(delays);
+}
+
+/* memory: growth per pending timeout, the timer objects included (they are
+ * created after the first sample), measured settle_ms after scheduling. */
+static void w_memory(const struct bench_config *c)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    w.delays = delays;
+    sleep_ns(50 * MS_NS);
+    struct kmem k0, k1;
+    int64_t rss0 = rss_bytes();
+    kernel_memory(&k0);
+    peer->slots(t, w.n, BENCH_NOOP);
+    run_phase(&w, step_arm);
+    sleep_ns(c->settle_ms * MS_NS);
+    int64_t rss1 = rss_bytes();
+    kernel_memory(&k1);
+    peer->destroy(t);
+    free(delays);
+    double n = (double)w.n;
+    double rss = (double)(rss1 - rss0) / n;
+    double slab = (double)(k1.slab_kb - k0.slab_kb) * 1024 / n;
+    double unrecl = (double)(k1.sunreclaim_kb - k0.sunreclaim_kb) * 1024 / n;
+    double vmalloc = (double)(k1.vmalloc_kb - k0.vmalloc_kb) * 1024 / n;
+    put_params(c);
+    put(" settle_ms=%ld bytes_per_timeout=%.1f rss_before_kb=%" PRId64 " rss_after_kb=%" PRId64
+        " rss_bytes_per_timeout=%.1f slab_bytes_per_timeout=%.1f "
+        "sunreclaim_bytes_per_timeout=%.1f vmalloc_bytes_per_timeout=%.1f",
+        c->settle_ms, peer->kernel_memory ? rss + slab + vmalloc : rss, rss0 / 1024, rss1 / 1024,
+        rss, slab, unrecl, vmalloc);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static const struct {
+    const char *name;
+    void (*fn)(const struct bench_config *);
+} workloads[] = {
+    {"schedule", w_schedule}, {"schedule_warm", w_schedule_warm},
+    {"cancel", w_cancel},     {"cancel_own", w_cancel_own},
+    {"churn", w_churn},       {"expire", w_expire},
+    {"precision", w_expire},  {"memory", w_memory},
+};
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s WORKLOAD [key=value ...]   (or: %s version)\n"
+            "workloads: schedule schedule_warm cancel cancel_own churn expire precision memory\n"
+            "keys: n threads tick_us wheel span_ms settle_ms wait_ms ring quiet_ms seed dump\n",
+            prog, prog);
+}
+
+int bench_main(struct bench_peer *p, int argc, char **argv)
+{
+    peer = p;
+    if (argc < 2) {
+        usage(stderr, argv[0]);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(stdout, argv[0]);
+        return 0;
+    }
+    int version = strcmp(argv[1], "version") == 0;
+    for (size_t i = 0; i < sizeof workloads / sizeof workloads[0] || version; i++) {
+        if (version || strcmp(argv[1], workloads[i].name) == 0) {
+            struct bench_config c;
+            c.workload = version ? "version" : workloads[i].name;
+            parse_args(&c, argc, argv);
+            if (version) {
+                printf("%s %s\n", peer->name, peer->version());
+                return 0;
+            }
+            workloads[i].fn(&c);
+            printf("%s%s\n", line, notes);
+            fflush(stdout);
+            return 0;
+        }
+    }
+    fprintf(stderr, "%s: unknown workload '%s'\n", peer->name, argv[1]);
+    usage(stderr, argv[0]);
+    return 2;
+}
