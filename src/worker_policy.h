@@ -104,7 +104,7 @@ static inline int64_t hwt__cancel_latency(int64_t tick_ns)
 /* How far ahead of now a taken stack's timeouts count as due soon. */
 static inline int64_t hwt__plan_soon_ns(int64_t tick_ns)
 {
-    return HWT_SOON_NS > 2 * tick_ns ? HWT_SOON_NS : hwt__sat_mul(2, tick_ns);
+    return tick_ns < HWT_SOON_NS / 2 ? HWT_SOON_NS : hwt__sat_mul(2, tick_ns);
 }
 
 /* ------------------------------------------------------------------------
