@@ -3,9 +3,9 @@
  *
  * Who touches what:
  *   hwt_timer: configuration is written once by hwt_timer_create; the
- *     "producer side" fields are atomics used by any thread; the "worker side"
- *     belongs to the worker thread (and to the stopping thread once it has
- *     joined the worker); lifecycle fields are under lifecycle_lock.
+ *     "producer side" fields are atomics used by any thread; `worker`
+ *     (struct hwt__worker) belongs to the worker thread; lifecycle fields
+ *     are under lifecycle_lock.
  *   hwt_timeout: state and refs are atomics (any thread); the wheel node's
  *     links and wflags are the worker's; run (or pair)/arg/node.deadline are
  *     written by the producer before the timeout is published and are
@@ -25,19 +25,9 @@
 #include "mpsc.h"
 #include "pool.h"
 #include "wheel.h"
+#include "worker_policy.h"
 
 #define HWT_MAX_LIVE_TIMERS 64
-#define HWT_CANCEL_LATENCY_MIN_NS (100 * INT64_C(1000000)) /* 100 ms */
-/* Queued timeouts that make a producer wake a sleeping worker although none
- * is due before its planned wake-up. Below this, they wait for that wake-up
- * or for the cancel latency, whichever comes first (worker.c): moving them
- * while threads schedule flat out took a third of the CPUs from those
- * threads (`hwt-bench schedule` 40.4 -> 26.0 ns against a threshold of
- * 49 152, 8 interleaved runs, 2026-11-24). The bound is on what a timeout
- * due soon may wait behind: the worker walks the whole stack it takes
- * (~1-2 ns per timeout: a timeout due in 1 ms ran 2.2 ms after its
- * schedule behind 2^20 queued, 10 ms behind 2^22). */
-#define HWT_BACKLOG_KICK (1u << 20)
 
 /* ---- timeout state (hwt_timeout.state): a lifecycle value and flags. */
 enum {
@@ -150,6 +140,28 @@ struct hwt__stripe {
 
 enum { HWT_STOP_DROP, HWT_STOP_LIST };
 
+/* The worker's own state (worker.c). Owned by the worker thread: no other
+ * thread reads or writes it while the worker runs. Before it starts, create
+ * sets up the wheel and the rest is zero; the worker sets moved_queued_min
+ * as it starts. After it is joined, only the timer's last reference
+ * (hwt__timer_unref_n) touches it, to free the wheel. What the worker
+ * decides from it is in worker_policy.h. */
+struct hwt__worker {
+    struct hwt__wheel wheel;
+    size_t awaiting_cancel;   /* let go of, cancellation not processed yet */
+    size_t awaiting_moved;    /* taken by the stop while on a moved stack */
+    int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
+    unsigned next_stripe;     /* the stripe transfer starts with */
+    /* Per stripe, what the worker took from the stack but has not moved yet
+     * (the transfer budget ran out), linked by queue_link: those due soon
+     * first, then the others, each part oldest first. */
+    ck_stack_entry_t *taken[HWT_STRIPES];
+    int64_t taken_min[HWT_STRIPES];       /* a lower bound of their deadlines */
+    size_t taken_soon[HWT_STRIPES];       /* how many of them are due soon */
+    int64_t taken_later_min[HWT_STRIPES]; /* a lower bound of the others' deadlines */
+    struct hwt__stopset stopped_set;      /* what the final drain took, until handed over */
+};
+
 struct hwt_timer {
     /* ---- configuration, written by create, then read-only */
     int64_t tick_ns;
@@ -163,6 +175,7 @@ struct hwt_timer {
     void *executor_ctx;
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
+    uint64_t backlog_kick;     /* hwt__backlog_kick(max_transfers): producers read it */
     int64_t start_ns; /* set by the worker before state becomes STARTED */
 
     /* ---- producer side: any thread */
@@ -186,21 +199,10 @@ struct hwt_timer {
     struct hwt__stripe stripes[HWT_STRIPES];
     struct hwt__pool pool;
 
-    /* ---- worker side */
-    _Alignas(64) struct hwt__wheel wheel;
-    size_t awaiting_cancel; /* let go of, cancellation not processed yet */
-    size_t awaiting_moved;  /* taken by the stop while on a moved stack */
-    int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
-    unsigned next_stripe;   /* the stripe transfer starts with */
-    /* Per stripe, what the worker took from the stack but has not moved yet
-     * (the transfer budget ran out), linked by queue_link: those due soon
-     * first, then the others, each part oldest first (worker.c). */
-    ck_stack_entry_t *taken[HWT_STRIPES];
-    int64_t taken_min[HWT_STRIPES];       /* a lower bound of their deadlines */
-    size_t taken_soon[HWT_STRIPES];       /* how many of them are due soon */
-    int64_t taken_later_min[HWT_STRIPES]; /* a lower bound of the others' deadlines */
-    struct hwt__stopset stopped_set;      /* what the final drain took, until handed over */
-    _Atomic uint64_t expired;
+    _Alignas(64) struct hwt__worker worker;
+
+    /* ---- written by the worker only, read by hwt_timer_stats */
+    _Alignas(64) _Atomic uint64_t expired;
     _Atomic uint64_t wakeups;
     _Atomic uint64_t late_max_ns;
     _Atomic uint64_t refiled; /* timeouts filed again after a reschedule (tests) */
@@ -352,7 +354,7 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
 /* Whether the canceller of a timeout in this (cancelled) state pushed it on
  * its cancel stack. Not when it was still queued without a cancelled
  * callback: the transfer drops it then, with nothing else owed, so such a
- * cancel costs the worker nothing more (hwt-bench churn). Not either when
+ * cancel costs the worker nothing more. Not either when
  * it was on a moved stack (MOVED): the worker learns of the cancel there. */
 static inline bool hwt__cancel_was_pushed(uint32_t state)
 {

@@ -38,9 +38,8 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
     return 0;
 }
 
-/* The number of timeouts scheduled by this thread between two looks at the
- * worker's backlog. */
-#define BACKLOG_CHECK_EVERY 1024
+/* Timeouts scheduled by this thread since its last look at the worker's
+ * backlog (HWT_BACKLOG_CHECK_EVERY, worker_policy.h). */
 static HWT_THREAD_LOCAL unsigned schedules_since_check;
 
 /* Wakes the worker from its planned sleep, once per plan: the first waker
@@ -66,7 +65,7 @@ static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
 }
 
 /* Wakes the worker when it plans to sleep past this deadline, or when the
- * queues grow past HWT_BACKLOG_KICK. */
+ * queues grow past the timer's backlog_kick (hwt__backlog_kick). */
 static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 {
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
@@ -75,10 +74,10 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         kick(timer);
         return;
     }
-    if (++schedules_since_check < BACKLOG_CHECK_EVERY)
+    if (++schedules_since_check < HWT_BACKLOG_CHECK_EVERY)
         return;
     schedules_since_check = 0;
-    if (hwt__queued_count(timer) >= HWT_BACKLOG_KICK)
+    if (hwt__queued_count(timer) >= timer->backlog_kick)
         kick(timer);
 }
 

@@ -181,10 +181,10 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     }
     uint32_t wheel_len = hwt__wheel_round_length(options->ticks_per_wheel);
     timer->tick_ns = tick_ns;
-    timer->cancel_latency_ns =
-        tick_ns > HWT_CANCEL_LATENCY_MIN_NS ? tick_ns : HWT_CANCEL_LATENCY_MIN_NS;
+    timer->cancel_latency_ns = hwt__cancel_latency(tick_ns);
     timer->max_pending = options->max_pending_timeouts;
     timer->max_transfers = options->max_transfers_per_tick;
+    timer->backlog_kick = hwt__backlog_kick(timer->max_transfers);
     timer->thread_attr = options->thread_attr;
     snprintf(timer->thread_name, sizeof timer->thread_name, "%s",
              options->thread_name != NULL ? options->thread_name : "hwtimer");
@@ -194,7 +194,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->refs, 1);
     timer->free_memory = free_timer;
     atomic_init(&timer->wake_before, INT64_MIN);
-    timer->moved_queued_min = INT64_MAX;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
     int rc = hwt__pool_init(&timer->pool);
@@ -202,13 +201,13 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         hwt__free(timer);
         return rc;
     }
-    if (!hwt__wheel_init(&timer->wheel, wheel_len, tick_ns)) {
+    if (!hwt__wheel_init(&timer->worker.wheel, wheel_len, tick_ns)) {
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
         return HWT_ENOMEM;
     }
     if (init_sync(timer) != 0) {
-        hwt__wheel_free(&timer->wheel);
+        hwt__wheel_free(&timer->worker.wheel);
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
         return HWT_ESYS;
@@ -443,7 +442,7 @@ void hwt_timer_destroy(hwt_timer *timer)
 /* The last reference is gone (internal.h, hwt__timer_unref_n). */
 static void free_timer(hwt_timer *timer)
 {
-    hwt__wheel_free(&timer->wheel);
+    hwt__wheel_free(&timer->worker.wheel);
     hwt__pool_destroy(&timer->pool);
     hwt__task_pairs_free(timer);
     pthread_mutex_destroy(&timer->tasks_lock);

@@ -3,9 +3,11 @@
  * transfer new timeouts into the wheel, expire what is due; and the final
  * drain when the timer stops.
  *
- * Runs on the worker thread only (the wheel, awaiting_cancel and the stop
- * list are its alone). It meets other threads through the queues (mpsc.h),
- * the timeout state CAS (timeout.c) and a few atomics of the timer:
+ * Runs on the worker thread only (timer->worker, struct hwt__worker, is its
+ * alone). This file acts; what to do and when to sleep is decided by the
+ * pure functions of worker_policy.h, from a snapshot taken here. It meets
+ * other threads through the queues (mpsc.h), the timeout state CAS
+ * (timeout.c) and a few atomics of the timer:
  *
  *   wake_before   before sleeping the worker publishes the start of the tick
  *                 it will wake for; a producer whose deadline is earlier wakes
@@ -25,17 +27,18 @@
  * bumps wake_seq. Either the worker sees the change, or the waker sees the
  * plan and the futex wait returns at once. New timeouts due after the planned
  * wake-up stay queued until then, or for the cancel latency at most (or
- * until HWT_BACKLOG_KICK of them wake the worker): looping for them kept the
- * worker moving timeouts one by one as producers pushed them, on the CPUs
- * and cache lines the producers need.
+ * until timer->backlog_kick of them wake the worker): looping for them would
+ * keep the worker moving timeouts one by one as producers push them, on the
+ * CPUs and cache lines the producers need.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 
 #include "internal.h"
-#include "steps.h"
 #include "os.h"
+#include "steps.h"
+#include "worker_policy.h"
 
 HWT_THREAD_LOCAL hwt_timer *hwt__current_worker;
 
@@ -51,7 +54,7 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
     if (!hwt__cancel_notice_owed(state) || (t->wflags & HWT_W_CANCEL_DONE))
         hwt__timeout_unref(t);
     else
-        timer->awaiting_cancel++; /* process_cancels drops it */
+        timer->worker.awaiting_cancel++; /* process_cancels drops it */
 }
 
 /* The worker hears of a user's cancel (from its canceller's push, or from
@@ -61,7 +64,7 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_CANCEL_DONE;
     if (hwt__wheel_linked(&t->node)) {
-        hwt__wheel_unlink(&timer->wheel, &t->node);
+        hwt__wheel_unlink(&timer->worker.wheel, &t->node);
         t->wflags |= HWT_W_RELEASED;
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
@@ -70,7 +73,7 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
     } else if (t->wflags & HWT_W_RELEASED) {
-        timer->awaiting_cancel--;
+        timer->worker.awaiting_cancel--;
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
     } else {
@@ -109,7 +112,7 @@ static size_t process_cancels(hwt_timer *timer)
 static void defer_moved(hwt_timer *timer, hwt_timeout *t)
 {
     if (hwt__wheel_linked(&t->node))
-        hwt__wheel_unlink(&timer->wheel, &t->node);
+        hwt__wheel_unlink(&timer->worker.wheel, &t->node);
     t->wflags |= HWT_W_DEFERRED;
     if (atomic_fetch_or(&t->state, HWT_TO_MOVED) & HWT_TO_MOVED)
         return;
@@ -144,8 +147,8 @@ static void process_moved(hwt_timer *timer, bool stopping)
                      * queues were planned by may be later (see
                      * last_before_queued). */
                     int64_t d = hwt__deadline_of(t);
-                    if (d < timer->moved_queued_min)
-                        timer->moved_queued_min = d;
+                    if (d < timer->worker.moved_queued_min)
+                        timer->worker.moved_queued_min = d;
                 } else if (stopping) {
                     if (deferred) {
                         t->wflags &= (uint8_t)~HWT_W_DEFERRED;
@@ -155,12 +158,12 @@ static void process_moved(hwt_timer *timer, bool stopping)
                     defer_moved(timer, t); /* its own reference */
                 } else {
                     if (hwt__wheel_linked(&t->node))
-                        hwt__wheel_unlink(&timer->wheel, &t->node);
+                        hwt__wheel_unlink(&timer->worker.wheel, &t->node);
                     t->wflags &= (uint8_t)~HWT_W_DEFERRED;
-                    hwt__wheel_place(&timer->wheel, &t->node);
+                    hwt__wheel_place(&timer->worker.wheel, &t->node);
                 }
             } else if (t->wflags & HWT_W_STOPPED) {
-                timer->awaiting_moved--; /* the stop has it: only the reference */
+                timer->worker.awaiting_moved--; /* the stop has it: only the reference */
             } else if ((s & HWT_TO_LIFE) == HWT_TO_CANCELLED &&
                        !(t->wflags & HWT_W_CANCEL_DONE)) {
                 cancel_noticed(timer, t); /* its canceller saw MOVED and left it to us */
@@ -198,9 +201,8 @@ static bool moved_waiting(hwt_timer *timer)
  * plan (and woke us if due earlier), or we see its queued_min here (both
  * sides: seq_cst), and then its push too. A minimum with the stack empty is
  * stale (its producer lowered it just after we took its push; the next take
- * resets it): it must not keep us awake. Clearing it here instead cost a
- * locked write on the producers' line per pass (`hwt-bench expire` p99
- * ~1.5 -> ~1.9 ms). */
+ * resets it): it must not keep us awake. Clearing it here instead would
+ * cost a locked write on the producers' line per pass. */
 static int64_t earliest_queued(hwt_timer *timer)
 {
     int64_t min = INT64_MAX;
@@ -212,30 +214,31 @@ static int64_t earliest_queued(hwt_timer *timer)
     return min;
 }
 
-/* The last of the ticks up to `last` that may be processed before the
- * queued timeouts are moved: none of them may be due in an earlier one. It
- * goes by earliest_queued and the taken lists' minimum deadlines, lower
- * bounds - but queued_min counts a deadline just after its push: a timeout
- * pushed a moment before may be due earlier still (it then runs after the
- * ticks processed, as if scheduled after them: its schedule call had not
- * returned). Between two slices of a transfer (`mid_transfer`), a taken
- * list whose due-soon part has been moved counts by the rest's minimum: the
- * transfer goes on with the rest. Otherwise by the whole list's, as a pass
- * whose budget ran out leaves the rest for the next one. */
-static int64_t last_before_queued(hwt_timer *timer, int64_t last, bool mid_transfer)
+/* A lower bound of the deadlines of the new timeouts not yet in the wheel
+ * (INT64_MAX: none), for hwt__plan_last_tick: no tick after it may be
+ * processed before they are moved. It goes by earliest_queued, the timeouts
+ * a reschedule moved earlier while queued, and the taken lists' minimum
+ * deadlines - but queued_min counts a deadline just after its push: a
+ * timeout pushed a moment before may be due earlier still (it then runs
+ * after the ticks processed, as if scheduled after them: its schedule call
+ * had not returned). Between two slices of a transfer (`mid_transfer`), a
+ * taken list whose due-soon part has been moved counts by the rest's
+ * minimum: the transfer goes on with the rest. Otherwise by the whole
+ * list's, as a pass whose budget ran out leaves the rest for the next one. */
+static int64_t queued_floor(hwt_timer *timer, bool mid_transfer)
 {
+    struct hwt__worker *w = &timer->worker;
     int64_t min = earliest_queued(timer);
-    if (timer->moved_queued_min < min)
-        min = timer->moved_queued_min;
+    if (w->moved_queued_min < min)
+        min = w->moved_queued_min;
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        if (timer->taken[i] == NULL)
+        if (w->taken[i] == NULL)
             continue;
-        int64_t m = mid_transfer && timer->taken_soon[i] == 0 ? timer->taken_later_min[i]
-                                                              : timer->taken_min[i];
+        int64_t m = mid_transfer && w->taken_soon[i] == 0 ? w->taken_later_min[i] : w->taken_min[i];
         if (m < min)
             min = m;
     }
-    return min / timer->tick_ns < last ? min / timer->tick_ns : last;
+    return min;
 }
 
 /* ---------------------------------------------------------- transfer */
@@ -248,19 +251,15 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
                           memory_order_release);
 }
 
-/* How far ahead "due soon" reaches when a stack is taken: about as long
- * as moving a full budget can take here (100 000 timeouts: 3-8 ms while
- * producers share the CPUs), and at least 2 ticks. */
-#define SOON_NS (8 * INT64_C(1000000))
-
 /* Reverses a stack just taken (newest first) into the order it is moved in:
  * the timeouts due before `soon_before` (ns since start) first, then the
  * rest, each part oldest first - a stable partition, so timeouts due in one
  * tick keep their order. The soon ones are few (a few ms of deadlines); once
  * they are in the wheel, the ticks before the rest's earliest deadline can
  * run between slices of a long transfer (run_loop). Lets go of the timeouts
- * already cancelled on the way: each is touched once, not twice
- * (`hwt-bench churn`, where most are), and adds their number to *dropped.
+ * already cancelled on the way: each is touched once, not twice (where
+ * timeouts are cancelled soon after they are scheduled, most are), and adds
+ * their number to *dropped.
  * Sets stripe i's taken_min, taken_soon and taken_later_min. */
 static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_entry_t *newest_first,
                                       int64_t soon_before, size_t *dropped)
@@ -290,9 +289,9 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
         }
         newest_first = next;
     }
-    timer->taken_soon[i] = soon_count;
-    timer->taken_min[i] = soon_count > 0 ? soon_min : later_min;
-    timer->taken_later_min[i] = later_min;
+    timer->worker.taken_soon[i] = soon_count;
+    timer->worker.taken_min[i] = soon_count > 0 ? soon_min : later_min;
+    timer->worker.taken_later_min[i] = later_min;
     if (soon_last == NULL)
         return later;
     soon_last->next = later;
@@ -302,12 +301,12 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
 /* The oldest new timeout of stripe i, or NULL. Takes the stripe's whole
  * stack when what was taken before has been moved - once per pass when
  * `took` is given (set when it did): a pass that took again whatever was
- * pushed meanwhile could chase the producers for its whole budget
- * (`hwt-bench expire`: 58 000 timeouts in 7 ms). The cancelled ones of a new
+ * pushed meanwhile could chase the producers for its whole budget, for
+ * milliseconds, while the ticks wait. The cancelled ones of a new
  * take are let go of at once and counted in *dropped. */
 static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t *dropped)
 {
-    ck_stack_entry_t *e = timer->taken[i];
+    ck_stack_entry_t *e = timer->worker.taken[i];
     while (e == NULL) {
         struct hwt__stripe *stripe = &timer->stripes[i];
         if ((took != NULL && *took) ||
@@ -317,13 +316,13 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
             *took = true;
         /* Before the take: a deadline pushed after it is noted afresh. */
         atomic_store(&stripe->queued_min, INT64_MAX);
-        int64_t soon = SOON_NS > 2 * timer->tick_ns ? SOON_NS : hwt__sat_mul(2, timer->tick_ns);
-        int64_t soon_before = hwt__sat_add(hwt__rel_now(timer), soon);
+        int64_t soon_before =
+            hwt__sat_add(hwt__rel_now(timer), hwt__plan_soon_ns(timer->tick_ns));
         e = reverse_live(timer, i, hwt__stack_take_all(&stripe->queue), soon_before, dropped);
     }
-    timer->taken[i] = e->next;
-    if (timer->taken_soon[i] > 0)
-        timer->taken_soon[i]--;
+    timer->worker.taken[i] = e->next;
+    if (timer->worker.taken_soon[i] > 0)
+        timer->worker.taken_soon[i]--;
     return hwt__timeout_of_queue_link(e);
 }
 
@@ -352,7 +351,7 @@ static bool mark_transferred(hwt_timeout *t)
 static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bool *took,
                          size_t *cancelled)
 {
-    const int64_t overdue_before = run_overdue ? timer->wheel.cur * timer->tick_ns : INT64_MIN;
+    const int64_t overdue_before = run_overdue ? timer->worker.wheel.cur * timer->tick_ns : INT64_MIN;
     uint32_t n = 0;
     size_t dropped = 0;
     /* Every stripe's timeouts due soon first (a take puts them in front;
@@ -360,16 +359,16 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
      * the rest. */
     for (int soon_only = 1; soon_only >= 0; soon_only--) {
         for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
-            unsigned i = (timer->next_stripe + k) % HWT_STRIPES;
+            unsigned i = (timer->worker.next_stripe + k) % HWT_STRIPES;
             while (n < budget &&
-                   (!soon_only || timer->taken_soon[i] > 0 || timer->taken[i] == NULL)) {
+                   (!soon_only || timer->worker.taken_soon[i] > 0 || timer->worker.taken[i] == NULL)) {
                 hwt_timeout *t = take_queued(timer, i, &took[i], &dropped);
                 if (t == NULL)
                     break;
                 n++;
                 if (mark_transferred(t)) {
                     if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
-                        hwt__wheel_place(&timer->wheel, &t->node);
+                        hwt__wheel_place(&timer->worker.wheel, &t->node);
                 } else {
                     let_go_cancelled(timer, t);
                     ++*cancelled;
@@ -377,7 +376,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
             }
         }
     }
-    timer->next_stripe++; /* who goes first when the budget runs out */
+    timer->worker.next_stripe++; /* who goes first when the budget runs out */
     bump(&timer->transferred, n + dropped);
     *cancelled += dropped;
     return n;
@@ -431,7 +430,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
 static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *node)
 {
     hwt_timer *timer = ctx;
-    int64_t due_before = hwt__sat_mul(timer->wheel.cur + 1, timer->tick_ns);
+    int64_t due_before = hwt__sat_mul(timer->worker.wheel.cur + 1, timer->tick_ns);
     if (expire(timer, hwt__timeout_of_node(node), due_before))
         return HWT_WHEEL_TAKEN;
     bump(&timer->refiled, 1);
@@ -440,61 +439,27 @@ static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *no
 
 /* ---------------------------------------------------------- the loop */
 
-/* Timeouts moved ahead of time per level per pass at least (wheel.c,
- * "spreading the cascades"); more only to finish in time. */
-#define PRECASCADE_BUDGET 512
-
-/* Cancellations found waiting after a sleep that was not planned to end
- * within the cancel latency: the first canceller since woke us, right after
- * its push. Their processing can wait, up to the end of the tick returned
- * (at most half the latency from now), so that a burst of cancels is not
- * processed while the cancelling threads still run; the cancellers that
- * follow see a wake-up planned soon and do not wake us. A cancel is then
- * processed within the latency as long as our wake-up took less than half
- * of it. The rest of the pass (transfer, expiry) is not deferred. -1: no
- * waiting (process now). */
-static int64_t cancels_can_wait_until(hwt_timer *timer, int64_t now, int64_t last_elapsed)
-{
-    int64_t until = (now + timer->cancel_latency_ns / 2) / timer->tick_ns - 1;
-    return until > last_elapsed && cancels_waiting(timer) ? until : -1;
-}
-
-/* New timeouts due before this (ns since start) are moved at once, not at
- * the planned wake-up `next` (a tick): those due before it, and every one
- * when a tick is due by the end of this one, so that its expiry does not
- * wait behind a long transfer of what came in meanwhile (`hwt-bench expire`,
- * lateness p99). */
-static int64_t move_now_before(const struct hwt__wheel *wheel, int64_t next)
-{
-    if (next <= wheel->cur)
-        return INT64_MAX;
-    return next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, wheel->tick_ns);
-}
-
-/* Timeouts moved between two looks at the clock in a long transfer. */
-#define TRANSFER_SLICE 8192
-
 /* Moves up to the budget of new timeouts (the stacks' due-soon timeouts
  * first), in slices: the ticks that end meanwhile run between two slices,
- * as far as nothing still queued or taken is due before them. Moving a full
- * budget took 3-8 ms while producers shared the CPUs, and a due tick waited
- * for all of it (`hwt-bench expire`: the worst lateness, in the scheduling
- * burst). Returns how many were moved. */
-static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *cancels)
+ * as far as nothing still queued or taken is due before them, so that a due
+ * tick does not wait for a whole budget's transfer. Returns how many were
+ * moved. */
+static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *policy,
+                                   bool run_overdue, size_t *cancels)
 {
-    struct hwt__wheel *wheel = &timer->wheel;
+    struct hwt__wheel *wheel = &timer->worker.wheel;
     bool took[HWT_STRIPES] = {false};
     uint32_t moved = 0;
     for (;;) {
-        uint32_t left = timer->max_transfers - moved;
-        uint32_t slice = left < TRANSFER_SLICE ? left : TRANSFER_SLICE;
+        uint32_t slice = hwt__plan_slice(policy, moved);
         uint32_t n = transfer(timer, slice, run_overdue, took, cancels);
         moved += n;
         if (n < slice)
-            timer->moved_queued_min = INT64_MAX; /* all moved, by their deadlines now */
-        if (n < slice || moved == timer->max_transfers)
+            timer->worker.moved_queued_min = INT64_MAX; /* all moved, by their deadlines now */
+        if (n < slice || moved == policy->max_transfers)
             return moved;
-        int64_t ended = last_before_queued(timer, hwt__rel_now(timer) / timer->tick_ns - 1, true);
+        int64_t ended = hwt__plan_last_tick(policy, queued_floor(timer, true),
+                                            hwt__rel_now(timer) / policy->tick_ns - 1);
         if (ended >= wheel->cur) {
             hwt__wheel_advance(wheel, ended, expire_node, timer);
             run_overdue = true;
@@ -502,88 +467,78 @@ static uint32_t transfer_in_slices(hwt_timer *timer, bool run_overdue, size_t *c
     }
 }
 
+/* The pass's steps are those of worker_policy.h; each decision is asked of
+ * it, from what is read here. */
 static void run_loop(hwt_timer *timer)
 {
-    struct hwt__wheel *wheel = &timer->wheel;
-    const int64_t tick = timer->tick_ns;
+    struct hwt__wheel *wheel = &timer->worker.wheel;
+    const struct hwt__policy policy = {
+        .tick_ns = timer->tick_ns,
+        .cancel_latency_ns = timer->cancel_latency_ns,
+        .max_transfers = timer->max_transfers,
+        .backlog_kick = timer->backlog_kick,
+    };
+    const int64_t tick = policy.tick_ns;
     bool slept_soon = true;    /* the last sleep was planned within the latency */
     int64_t cancels_wait = -1; /* cancels wait until this tick's end (-1: none) */
 
     while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
         int64_t now = hwt__rel_now(timer);
         int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
-        if (cancels_wait < 0 && !slept_soon)
-            cancels_wait = cancels_can_wait_until(timer, now, last_elapsed);
-        if (cancels_wait >= 0 && cancels_wait <= last_elapsed)
-            cancels_wait = -1;
+        cancels_wait =
+            hwt__plan_cancels_wait(&policy, now, slept_soon, cancels_wait, cancels_waiting(timer));
         size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
-        process_moved(timer, false); /* never deferred: they may be due soon */
+        process_moved(timer, false);
         /* The elapsed ticks that no queued timeout is due before are
          * processed first: new timeouts due in the last of them would join
          * its bucket's tail, so running them right after the transfer keeps
          * the order, and the wheel's due timeouts do not wait behind a long
-         * transfer (`hwt-bench expire`: ~0.5-1 ms after a stall). */
-        int64_t ahead = last_before_queued(timer, last_elapsed, false);
+         * transfer. */
+        int64_t ahead = hwt__plan_last_tick(&policy, queued_floor(timer, false), last_elapsed);
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
-        uint32_t moved = transfer_in_slices(timer, ran_ahead, &cancels);
-        hwt__wheel_precascade(wheel, PRECASCADE_BUDGET);
+        uint32_t moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
+        hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. */
         now = hwt__rel_now(timer);
-        int64_t ended = last_before_queued(timer, now / tick - 1, false);
+        int64_t ended = hwt__plan_last_tick(&policy, queued_floor(timer, false), now / tick - 1);
         if (ended > last_elapsed)
             last_elapsed = ended;
         if (last_elapsed >= wheel->cur)
             hwt__wheel_advance(wheel, last_elapsed, expire_node, timer);
 
-        /* Plan: the next tick with work (pre-cascade passes included), sooner
-         * if the transfer budget ran out (more next tick), and within
-         * max(tick, 100 ms) if cancels are flowing (so cancellers need not
-         * wake us each time) or if new timeouts are left queued (due after
-         * the planned wake-up): those are moved in one batch after a burst
-         * of schedules rather than during it (HWT_BACKLOG_KICK), and not left
-         * for their deadline (cancelling them while the worker drops them
-         * from the queue cost `hwt-bench cancel` 7.6 -> 9.2 ns). */
-        int64_t next = hwt__wheel_next_event(wheel);
-        bool more_queued = moved == timer->max_transfers;
-        if (more_queued && next > wheel->cur)
-            next = wheel->cur;
-        if (cancels > 0 || (!more_queued && (int64_t)hwt__queued_count(timer) > 0)) {
-            int64_t cap = (now + timer->cancel_latency_ns) / tick - 1;
-            if (cap < next)
-                next = cap;
-        }
-        if (cancels_wait >= 0 && cancels_wait < next)
-            next = cancels_wait;
-        int64_t wake_rel = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, tick);
-        bool soon = wake_rel - now <= timer->cancel_latency_ns;
-        slept_soon = soon;
+        struct hwt__sleep_snapshot seen = {
+            .now = now,
+            .cur = wheel->cur,
+            .next_event = hwt__wheel_next_event(wheel),
+            .moved = moved,
+            .cancels = cancels,
+            .queued = (int64_t)hwt__queued_count(timer),
+            .cancels_wait = cancels_wait,
+        };
+        struct hwt__sleep_plan plan = hwt__plan_sleep(&policy, &seen);
+        slept_soon = plan.cancel_watch;
 
-        int64_t wake_before = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next, tick);
-        atomic_store(&timer->wake_before, wake_before);
-        atomic_store(&timer->cancel_watch, soon);
+        atomic_store(&timer->wake_before, plan.wake_before);
+        atomic_store(&timer->cancel_watch, plan.cancel_watch);
         atomic_store(&timer->kicked, 0);
         uint32_t key = atomic_load(&timer->wake_seq);
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;
-        /* Cancellations that came in since process_cancels can wait for the
-         * planned wake-up when it is soon enough (SPEC: within max(tick,
-         * 100 ms)): looping for them would keep the worker busy, competing
-         * with the cancelling threads for CPUs and cache lines, for as long
-         * as they cancel (`hwt-bench cancel`: ~22 -> ~15 ns per cancel).
-         * A backlog that grew while we moved the last (a transfer takes each
-         * stack once) does not wait: its producer's kick found us awake. (A
-         * count read signed: it is -1 for a moment when we moved a timeout
-         * before its producer counted it queued.) */
-        bool work_waiting =
-            moved_waiting(timer) || (!soon && cancels_waiting(timer)) ||
-            (!more_queued && (earliest_queued(timer) < move_now_before(wheel, next) ||
-                              (int64_t)hwt__queued_count(timer) >= HWT_BACKLOG_KICK));
-        if (!work_waiting) {
-            int64_t until =
-                wake_rel == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, wake_rel);
+        /* What came in since: read after the plan is published (see the top
+         * of this file), the moved stacks first (moved_waiting's fence). A
+         * queue count read signed: it is -1 for a moment when we moved a
+         * timeout before its producer counted it queued. */
+        struct hwt__recheck now_seen;
+        now_seen.moved_waiting = moved_waiting(timer);
+        now_seen.cancels_waiting = cancels_waiting(timer);
+        now_seen.earliest_queued = earliest_queued(timer);
+        now_seen.queued = (int64_t)hwt__queued_count(timer);
+        if (hwt__plan_may_sleep(&policy, &plan, &now_seen)) {
+            int64_t until = plan.wake_at == INT64_MAX ? INT64_MAX
+                                                      : hwt__sat_add(timer->start_ns, plan.wake_at);
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
                 bump(&timer->wakeups, 1);
         }
@@ -604,8 +559,8 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
     }
     t->wflags |= HWT_W_RELEASED | HWT_W_STOPPED;
     if (state & HWT_TO_MOVED) /* its moved entry is yet to come by */
-        timer->awaiting_moved++;
-    hwt__stopset_add(&timer->stopped_set, t);
+        timer->worker.awaiting_moved++;
+    hwt__stopset_add(&timer->worker.stopped_set, t);
 }
 
 static void take_node_for_stop(void *ctx, struct hwt__wheel_node *node)
@@ -632,7 +587,7 @@ static void take_if_in_wheel(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
     if (hwt__wheel_linked(&t->node)) {
-        hwt__wheel_forget(&timer->wheel, &t->node);
+        hwt__wheel_forget(&timer->worker.wheel, &t->node);
         take_for_stop(timer, t);
     }
 }
@@ -640,15 +595,14 @@ static void take_if_in_wheel(void *ctx, hwt_timeout *t)
 /* Takes every timeout of the wheel. Walking the buckets' lists costs a cache
  * miss per timeout (a list's timeouts are scattered); when the wheel holds
  * much of the pool, a scan of the pool in memory order is several times
- * faster (`hwt-bench schedule`, 1M timeouts 10-70 s away: a stop takes
- * ~110 ms walking, ~30 ms scanning). */
+ * faster, as it reads memory in order. */
 static void drain_wheel(hwt_timer *timer)
 {
-    if (timer->wheel.count > hwt__pool_capacity(&timer->pool) / 8) {
+    if (timer->worker.wheel.count > hwt__pool_capacity(&timer->pool) / 8) {
         hwt__pool_for_each(&timer->pool, take_if_in_wheel, timer);
-        hwt__wheel_clear(&timer->wheel);
+        hwt__wheel_clear(&timer->worker.wheel);
     } else {
-        hwt__wheel_drain(&timer->wheel, take_node_for_stop, timer);
+        hwt__wheel_drain(&timer->worker.wheel, take_node_for_stop, timer);
     }
 }
 
@@ -660,8 +614,8 @@ static void final_drain(hwt_timer *timer)
     wait_for_producers(timer);
     process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
     /* At most what the wheel and the queues hold. */
-    hwt__stopset_reserve(&timer->stopped_set,
-                         timer->wheel.count + (size_t)hwt__queued_count(timer));
+    hwt__stopset_reserve(&timer->worker.stopped_set,
+                         timer->worker.wheel.count + (size_t)hwt__queued_count(timer));
     drain_wheel(timer);
     hwt_timeout *t;
     size_t dropped = 0;
@@ -672,12 +626,12 @@ static void final_drain(hwt_timer *timer)
      * and not pushed it yet: wait for every cancellation we let go of. */
     process_cancels(timer);
     process_moved(timer, true);
-    while (timer->awaiting_cancel > 0 || timer->awaiting_moved > 0) {
+    while (timer->worker.awaiting_cancel > 0 || timer->worker.awaiting_moved > 0) {
         sched_yield();
         process_cancels(timer);
         process_moved(timer, true);
     }
-    size_t taken = hwt__stopset_size(&timer->stopped_set);
+    size_t taken = hwt__stopset_size(&timer->worker.stopped_set);
     hwt__pending_sub(timer, (int64_t)taken);
     hwt__stripe_add(&hwt__my_stripe(timer)->cancelled, taken);
 }
@@ -701,9 +655,9 @@ static void answer_stops(hwt_timer *timer)
         hwt_timeout **list = NULL;
         size_t count = 0;
         if (mode == HWT_STOP_DROP)
-            hwt__stopset_drop(&timer->stopped_set);
+            hwt__stopset_drop(&timer->worker.stopped_set);
         else
-            rc = hwt__stopset_take(&timer->stopped_set, &list, &count);
+            rc = hwt__stopset_take(&timer->worker.stopped_set, &list, &count);
         hwt__step_reached(HWT_STEP_WORKER_DRAINED, timer);
         pthread_mutex_lock(&timer->lifecycle_lock);
         timer->stop_result = rc;
@@ -721,6 +675,7 @@ void *hwt__worker_main(void *arg)
 {
     hwt_timer *timer = arg;
     hwt__current_worker = timer;
+    timer->worker.moved_queued_min = INT64_MAX;
     hwt__pool_bind_thread(timer);
     hwt__os_name_thread(timer->thread_name);
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)

@@ -1,9 +1,11 @@
 /*
  * test_backlog.c - new timeouts due after the worker's planned wake-up wait
  * in the queue (timeout.c, maybe_wake_for; worker.c, run_loop), but not
- * for long: a producer wakes the worker once HWT_BACKLOG_KICK of them are
- * queued, and a worker that goes to sleep with some queued wakes within the
- * cancel latency (max(tick, 100 ms)) to move them.
+ * for long: a producer wakes the worker once the timer's backlog_kick of
+ * them are queued (derived from max_transfers_per_tick, worker_policy.h),
+ * and a worker that goes to sleep with some queued wakes within the cancel
+ * latency (max(tick, 100 ms)) to move them. The plan's side of both is
+ * checked without threads in test_plan.c.
  */
 #include <stdlib.h>
 
@@ -23,19 +25,30 @@ static uint64_t transferred(hwt_timer *timer)
 
 /* A worker asleep until an hour away, on a 10 minute tick (so it would not
  * wake for the cancel latency either within the test): the backlog must
- * wake it. */
+ * wake it. A budget of 4096 makes the threshold 40 960, far below the
+ * default's: a threshold that did not follow the budget would not wake it. */
 static void test_backlog_wakes_the_worker(void **state)
 {
     (void)state;
-    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MINUTES, 512));
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.tick_unit = HWT_MINUTES;
+    o.ticks_per_wheel = 512;
+    o.max_transfers_per_tick = 4096;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    const uint64_t kick = timer->backlog_kick;
+    assert_int_equal(kick, HWT_BACKLOG_BUDGETS * 4096);
     assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
     assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
-    const uint64_t n = HWT_BACKLOG_KICK + 2048;
+    const uint64_t n = kick + 2 * HWT_BACKLOG_CHECK_EVERY;
     for (uint64_t i = 0; i < n; i++)
         assert_int_equal(hwt_new_timeout(timer, noop, NULL, 2, HWT_HOURS, NULL), 0);
-    /* A producer looks at the backlog every 1024 schedules: n >= 2048 + the
-     * threshold guarantees a look at a backlog over it. */
-    if (!hwtt_wait_until(transferred(timer) >= 1 + n - HWT_BACKLOG_KICK - 1024,
+    /* A producer looks at the backlog every HWT_BACKLOG_CHECK_EVERY
+     * schedules: n >= twice that + the threshold guarantees a look at a
+     * backlog over it. One pass moves up to the budget, more than this. */
+    if (!hwtt_wait_until(transferred(timer) >= 1 + n - kick - HWT_BACKLOG_CHECK_EVERY,
                          hwtt_slack_ms(5000)))
         fail_msg("%llu of %llu moved into the wheel", (unsigned long long)transferred(timer),
                  (unsigned long long)(n + 1));

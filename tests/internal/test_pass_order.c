@@ -201,7 +201,9 @@ static void test_due_timeout_overtakes_a_backlog(void **state)
     assert_int_equal(atomic_load(&backlog_failures), 0);
     print_message("  S ran with %llu of %d moved\n",
                   (unsigned long long)atomic_load(&moved_when_s_ran), BACKLOG + 2);
-    assert_true(atomic_load(&moved_when_s_ran) < 50000);
+    /* Half a budget: S did not wait for a whole pass's transfer (the
+     * slicing itself is checked in test_plan.c). */
+    assert_true(atomic_load(&moved_when_s_ran) < o.max_transfers_per_tick / 2);
     hwtt_destroy(the_timer);
 }
 

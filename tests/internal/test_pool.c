@@ -300,7 +300,7 @@ static void test_stop_scan_skips_free_timeouts(void **state)
     qsort(list, count, sizeof *list, cmp_ptr);
     assert_memory_equal(h, list, count * sizeof *list);
     assert_int_equal(atomic_load(&rec.cb), N); /* no cancelled callback again */
-    assert_int_equal(timer->wheel.count, 0);   /* the worker has ended: its wheel took just those */
+    assert_int_equal(timer->worker.wheel.count, 0);   /* the worker has ended: its wheel took just those */
     hwt_timeouts_release(list, count);
     for (size_t i = 0; i < live; i++)
         hwt_timeout_release(h[i]);
