@@ -22,7 +22,7 @@
 
 #include "clock.h"
 #include "hwtimer.h"
-#include "mpsc.h"
+#include "stacks.h"
 #include "pool.h"
 #include "wheel.h"
 #include "worker_policy.h"
@@ -117,7 +117,7 @@ struct hwt__stopset {
 #define HWT_STRIPES 16
 
 /* One stripe: a new-timeout stack (intrusive, many producers, the worker
- * takes it whole; see mpsc.h), a cancel stack, and counters that only the
+ * takes it whole; see stacks.h), a cancel stack, and counters that only the
  * threads using the stripe write (hwt__stripe_add). A thread always uses the
  * same stripe, so its timeouts keep their order. */
 struct hwt__stripe {

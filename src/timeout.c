@@ -149,7 +149,7 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     if (out != NULL)
         *out = t;
 
-    hwt__stack_push(&stripe->queue, &t->queue_link);
+    hwt__stack_push_upmc(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
     hwt__stripe_add(&stripe->queued, 1);
     maybe_wake_for(timer, deadline);
@@ -168,7 +168,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
     hwt__pending_sub(timer, 1);
     hwt__stripe_add(&stripe->cancelled, 1);
     if (hwt__cancel_was_pushed(now))
-        hwt__stack_push(&stripe->cancels, &timeout->stack_link);
+        hwt__stack_push_upmc(&stripe->cancels, &timeout->stack_link);
     /* The worker unlinks it (or drops it from the queue) within max(tick,
      * 100 ms); wake it only if it planned a longer sleep, and only once per
      * sleep. */
@@ -233,7 +233,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
             if (tell) {
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
-                hwt__stack_push(&hwt__my_stripe(timer)->moved, &t->stack_link);
+                hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
                 /* The push before the read of the worker's plan (see the
                  * worker's moved_waiting). */
                 atomic_thread_fence(memory_order_seq_cst);

@@ -6,7 +6,7 @@
  * Runs on the worker thread only (timer->worker, struct hwt__worker, is its
  * alone). This file acts; what to do and when to sleep is decided by the
  * pure functions of worker_policy.h, from a snapshot taken here. It meets
- * other threads through the queues (mpsc.h), the timeout state CAS
+ * other threads through the queues (stacks.h), the timeout state CAS
  * (timeout.c) and a few atomics of the timer:
  *
  *   wake_before   before sleeping the worker publishes the start of the tick
@@ -92,7 +92,7 @@ static size_t process_cancels(hwt_timer *timer)
         ck_stack_t *cancels = &timer->stripes[i].cancels;
         if (hwt__stack_is_empty(cancels)) /* no write: its line holds the stripe's counters */
             continue;
-        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(cancels));
+        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all_upmc(cancels));
         while (e != NULL) {
             n++;
             ck_stack_entry_t *next = e->next;
@@ -117,7 +117,7 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
     if (atomic_fetch_or(&t->state, HWT_TO_MOVED) & HWT_TO_MOVED)
         return;
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
-    hwt__stack_push(&hwt__my_stripe(timer)->moved, &t->stack_link);
+    hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
 }
 
 /* Files again, by its deadline as it is now, each timeout that a reschedule
@@ -135,7 +135,7 @@ static void process_moved(hwt_timer *timer, bool stopping)
         ck_stack_t *moved = &timer->stripes[i].moved;
         if (hwt__stack_is_empty(moved))
             continue;
-        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all(moved));
+        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all_upmc(moved));
         while (e != NULL) {
             ck_stack_entry_t *next = e->next;
             hwt_timeout *t = hwt__timeout_of_stack(e);
@@ -318,7 +318,7 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
         atomic_store(&stripe->queued_min, INT64_MAX);
         int64_t soon_before =
             hwt__sat_add(hwt__rel_now(timer), hwt__plan_soon_ns(timer->tick_ns));
-        e = reverse_live(timer, i, hwt__stack_take_all(&stripe->queue), soon_before, dropped);
+        e = reverse_live(timer, i, hwt__stack_take_all_upmc(&stripe->queue), soon_before, dropped);
     }
     timer->worker.taken[i] = e->next;
     if (timer->worker.taken_soon[i] > 0)

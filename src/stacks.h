@@ -1,12 +1,16 @@
 /*
- * mpsc.h - the lock-free queues, all from ConcurrencyKit, and the sanitizer
- * annotations they need (kept here, and only here).
+ * stacks.h - the lock-free stacks that carry timeouts between threads, all
+ * ConcurrencyKit's ck_stack (intrusive: the link lives in the timeout), and
+ * the sanitizer annotations they need (kept here, and only here). The
+ * wrappers keep ck's names for who may call them concurrently: upmc = any
+ * number of pushers at once with any number of takers.
  *
  *   new-timeout queue  ck_stack, intrusive (the timeout's queue_link):
  *                      producers push (upmc: one CAS), the worker takes the
  *                      whole stack at once (batch pop: one exchange) and
  *                      reverses it, which restores each producer's order.
  *   cancel stack       the same, through the timeout's stack_link.
+ *   moved stack        the same, for timeouts rescheduled earlier.
  *
  * Why not ck_fifo_mpmc for new timeouts: its dequeue hands back the
  * *previous* node as garbage and a producer may still touch that through a
@@ -21,8 +25,8 @@
  * before publishing, acquire after taking. The plain store a push makes
  * into its node before its CAS is ignored.
  */
-#ifndef HWT_MPSC_H
-#define HWT_MPSC_H
+#ifndef HWT_STACKS_H
+#define HWT_STACKS_H
 
 #include <ck_stack.h>
 #include <stdbool.h>
@@ -64,8 +68,9 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 
 /* ---- stacks */
 
-/* Any thread. */
-static inline void hwt__stack_push(ck_stack_t *stack, ck_stack_entry_t *entry)
+/* Pushes one entry (one CAS). Any thread, concurrently with other pushes
+ * and takes; the entry must not be on a stack. */
+static inline void hwt__stack_push_upmc(ck_stack_t *stack, ck_stack_entry_t *entry)
 {
     HWT_TSAN_RELEASE(stack);
     HWT_TSAN_IGNORE_BEGIN();
@@ -73,8 +78,10 @@ static inline void hwt__stack_push(ck_stack_t *stack, ck_stack_entry_t *entry)
     HWT_TSAN_IGNORE_END();
 }
 
-/* Takes every entry at once, newest first (linked through ->next). */
-static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
+/* Takes every entry at once (one exchange), newest first (linked through
+ * ->next). Any thread, concurrently with pushes; in the library only the
+ * worker takes (the stacks are MPSC queues). */
+static inline ck_stack_entry_t *hwt__stack_take_all_upmc(ck_stack_t *stack)
 {
     ck_stack_entry_t *all = ck_stack_batch_pop_upmc(stack);
     if (all != NULL)
@@ -82,7 +89,8 @@ static inline ck_stack_entry_t *hwt__stack_take_all(ck_stack_t *stack)
     return all;
 }
 
-/* Reverses a list taken with hwt__stack_take_all: oldest first. */
+/* Reverses a list taken with hwt__stack_take_all_upmc: oldest first. The
+ * taker's, on its own list. */
 static inline ck_stack_entry_t *hwt__stack_reverse(ck_stack_entry_t *newest_first)
 {
     ck_stack_entry_t *oldest_first = NULL;
@@ -95,6 +103,7 @@ static inline ck_stack_entry_t *hwt__stack_reverse(ck_stack_entry_t *newest_firs
     return oldest_first;
 }
 
+/* A snapshot (a load, no write: the stack's line stays shared). Any thread. */
 static inline bool hwt__stack_is_empty(ck_stack_t *stack)
 {
     return ck_pr_load_ptr(&stack->head) == NULL;
