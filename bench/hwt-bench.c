@@ -650,12 +650,12 @@ static void churn_ring(struct phase *ph, size_t self)
 static struct {
     int early_mode;
     size_t ring;
-    int64_t setup_ns;          /* when the rings were scheduled */
-    _Atomic int64_t *lb;       /* per slot: lower bound of its deadline */
-    _Atomic int64_t *ran_at;   /* per slot: when its task last ran */
-    _Atomic uint32_t *runs;    /* per slot: how many times its task ran */
-    uint32_t *renewals;        /* per slot: timeouts scheduled anew (its thread's) */
-    int64_t **pass_start;      /* per thread, per pass: clock at its start */
+    int64_t setup_ns;        /* when the rings were scheduled */
+    _Atomic int64_t *lb;     /* per slot: lower bound of its deadline */
+    _Atomic int64_t *ran_at; /* per slot: when its task last ran */
+    _Atomic uint32_t *runs;  /* per slot: how many times its task ran */
+    uint32_t *renewals;      /* per slot: timeouts scheduled anew (its thread's) */
+    int64_t **pass_start;    /* per thread, per pass: clock at its start */
     _Atomic uint64_t early, renewed, failed;
 } touch;
 
@@ -1046,8 +1046,7 @@ static void touch_common(const struct config *c, int early_mode)
 
     put_params(c);
     put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
-        " left_at_10ms=%zu ran_in_phase=%" PRIu64 " renewed=%" PRIu64 " early=%" PRIu64
-        " list=%zu",
+        " left_at_10ms=%zu ran_in_phase=%" PRIu64 " renewed=%" PRIu64 " early=%" PRIu64 " list=%zu",
         ring, per(wall, calls), per(done.cpu_ns - cpu0, calls), (double)(done.at_ns - end) / 1e6,
         calls, ran, due10, atomic_load(&touch.failed), atomic_load(&touch.renewed), early, count);
     for (size_t t = 0; t < ph.threads; t++)
@@ -1316,19 +1315,29 @@ static const struct {
     const char *name;
     void (*fn)(const struct config *);
 } workloads[] = {
-    {"schedule", w_schedule}, {"cancel", w_cancel}, {"churn", w_churn}, {"expire", w_expire},
-    {"precision", w_expire},  {"idle", w_idle},     {"hold", w_hold},   {"memory", w_memory},
-    {"jitter", w_jitter},     {"schedule_warm", w_schedule_warm}, {"cancel_own", w_cancel_own},
-    {"touch", w_touch},       {"touch_early", w_touch_early},
+    {"schedule", w_schedule},
+    {"cancel", w_cancel},
+    {"churn", w_churn},
+    {"expire", w_expire},
+    {"precision", w_expire},
+    {"idle", w_idle},
+    {"hold", w_hold},
+    {"memory", w_memory},
+    {"jitter", w_jitter},
+    {"schedule_warm", w_schedule_warm},
+    {"cancel_own", w_cancel_own},
+    {"touch", w_touch},
+    {"touch_early", w_touch_early},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
-               "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
-               "           hold memory jitter touch touch_early\n"
-               "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
-               "      dump\n");
+    fprintf(f,
+            "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
+            "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
+            "           hold memory jitter touch touch_early\n"
+            "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
+            "      dump\n");
 }
 
 int main(int argc, char **argv)
