@@ -655,7 +655,6 @@ static struct {
     _Atomic int64_t *ran_at; /* per slot: when its task last ran */
     _Atomic uint32_t *runs;  /* per slot: how many times its task ran */
     uint32_t *renewals;      /* per slot: timeouts scheduled anew (its thread's) */
-    int64_t **pass_start;    /* per thread, per pass: clock at its start */
     _Atomic uint64_t early, renewed, failed;
 } touch;
 
@@ -679,12 +678,11 @@ static void touch_ring(struct phase *ph, size_t self)
 {
     size_t ring = touch.ring, iters = ph->n / ph->threads, base = self * ring;
     hwt_timeout **slots = &ph->handles[base];
-    int64_t *pass_start = touch.pass_start[self];
     int64_t t = 0;
     uint64_t renewed = 0, failed = 0;
     for (size_t k = 0, s = 0, pass = 0; k < iters; k++) {
         if (s == 0)
-            t = pass_start[pass] = now_ns();
+            t = now_ns();
         int64_t d = touch_delay(pass, s);
         int earlier = d < 30 * S_NS;
         if (earlier)
@@ -968,7 +966,6 @@ static void touch_common(const struct config *c, int early_mode)
     init_phase(&ph, c, timer);
     size_t ring = (size_t)c->ring, slots = ph.threads * ring;
     size_t iters = ph.n / ph.threads, calls = iters * ph.threads;
-    size_t passes = (iters + ring - 1) / ring;
     memset(&touch, 0, sizeof touch);
     touch.early_mode = early_mode;
     touch.ring = ring;
@@ -976,11 +973,6 @@ static void touch_common(const struct config *c, int early_mode)
     touch.ran_at = xmalloc(slots * sizeof *touch.ran_at);
     touch.runs = xmalloc(slots * sizeof *touch.runs);
     touch.renewals = xmalloc(slots * sizeof *touch.renewals);
-    touch.pass_start = xmalloc(ph.threads * sizeof *touch.pass_start);
-    for (size_t t = 0; t < ph.threads; t++) {
-        touch.pass_start[t] = xmalloc((passes + 1) * sizeof **touch.pass_start);
-        prefault(touch.pass_start[t], (passes + 1) * sizeof **touch.pass_start);
-    }
     ph.handles = xmalloc(slots * sizeof *ph.handles);
     touch.setup_ns = now_ns();
     for (size_t i = 0; i < slots; i++) {
@@ -1049,9 +1041,6 @@ static void touch_common(const struct config *c, int early_mode)
         " left_at_10ms=%zu ran_in_phase=%" PRIu64 " renewed=%" PRIu64 " early=%" PRIu64 " list=%zu",
         ring, per(wall, calls), per(done.cpu_ns - cpu0, calls), (double)(done.at_ns - end) / 1e6,
         calls, ran, due10, atomic_load(&touch.failed), atomic_load(&touch.renewed), early, count);
-    for (size_t t = 0; t < ph.threads; t++)
-        free(touch.pass_start[t]);
-    free(touch.pass_start);
     free((void *)touch.lb);
     free((void *)touch.ran_at);
     free((void *)touch.runs);
