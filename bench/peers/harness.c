@@ -744,12 +744,12 @@ static void w_churn(const struct bench_config *c)
 }
 
 /* touch / touch_early (step_touch): calls = (n / P) * P. After the phase,
- * waits until every slot left at 10 ms has run for that deadline (up to 10 s
- * after it), then for the worker. ran counts every task that ran (touch:
- * none should), early those that ran before their bound; the run stops if
- * any did, or if a 10 ms deadline did not run. Asio: a re-arm of a pending
- * wait calls its handler with operation_aborted (counted by the peer,
- * waited for by settled(), not counted as a run). */
+ * waits until every slot left at 10 ms has run since its last pass began
+ * (early or not; up to 10 s after its deadline), then for the worker. ran counts every task that
+ * ran (touch: none should), early those that ran before their bound (reported, as expire reports
+ * them: a peer's own behaviour); the run stops if a 10 ms deadline did not run. Asio: a re-arm of a
+ * pending wait calls its handler with operation_aborted (counted by the peer, waited for by
+ * settled(), not counted as a run). */
 static void touch_common(const struct bench_config *c, int early_mode)
 {
     void *t = peer->create(c);
@@ -798,7 +798,7 @@ static void touch_common(const struct bench_config *c, int early_mode)
             size_t s = i % ring;
             if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS &&
                 atomic_load_explicit(&touch.ran_at[i], memory_order_acquire) <
-                    atomic_load(&touch.lb[i]))
+                    atomic_load(&touch.lb[i]) - 10 * MS_NS)
                 missing++;
         }
         if (missing == 0)
@@ -826,10 +826,9 @@ static void touch_common(const struct bench_config *c, int early_mode)
         " left_at_10ms=%zu early=%" PRIu64 " replaced=%" PRIu64,
         ring, per(wall, calls), per(st.cpu_ns - cpu0, calls), (double)(st.at_ns - end) / 1e6, calls,
         ran, due10, early, atomic_load(&w.ok));
-    if (early > 0) {
-        fprintf(stderr, "%s%s\n", line, notes);
-        bench_die("%s: %" PRIu64 " timeouts ran before their deadline", c->workload, early);
-    }
+    if (early > 0) /* the peer's own behaviour: reported (compare-peers marks it), as in expire */
+        fprintf(stderr, "%s: %s: %" PRIu64 " timeouts ran before their deadline\n", peer->name,
+                c->workload, early);
 }
 
 static void w_touch(const struct bench_config *c)
