@@ -11,7 +11,9 @@
  * same threads schedule n, cancel and release them, let the worker reclaim
  * them, then schedule n again, timed: the pool's memory reused) and
  * cancel_own (each thread cancels the timeouts it scheduled itself; in
- * cancel, other threads do).
+ * cancel, other threads do). touch and touch_early (issue 17): each thread
+ * moves the deadlines of a ring of pending timeouts with
+ * hwt_timeout_reschedule (see touch_ring).
  * Each run prints exactly one line on stdout,
  *
  *   hwtimer WORKLOAD key=value key=value ...
@@ -46,7 +48,7 @@
  * falling back to utime + stime from /proc/self/task/TID/stat.
  *
  * cpu_ns_per_op (schedule, schedule_warm, cancel, cancel_own, churn, expire,
- * precision): the CPU time of the whole process, every thread and the
+ * precision, touch, touch_early): the CPU time of the whole process, every thread and the
  * worker included (CLOCK_PROCESS_CPUTIME_ID), from the start of the timed
  * phase until the work it left to the worker is done, per operation. Done:
  * the workload's own condition holds (expire: every task ran) and the
@@ -68,6 +70,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -627,6 +630,95 @@ static void churn_ring(struct phase *ph, size_t self)
     atomic_fetch_add(&ph->ok, ok);
 }
 
+/* touch and touch_early: each of P threads owns a ring of `ring` handles,
+ * scheduled 30 s ahead before the timed phase (slot ids self * ring + s);
+ * n/P times it moves the slot's deadline with hwt_timeout_reschedule
+ * (s = k mod ring): touch to 30 s from now; touch_early alternately to 10 ms
+ * and to 30 s, so that every other call moves a deadline earlier.
+ *
+ * Never early: a thread reads the clock once per pass over its ring (not
+ * per call, which would double what is measured); a call's deadline is at
+ * least that reading + its delay, stored per slot (touch.lb): before the
+ * call when it moves the deadline earlier, after it when later, so that a
+ * task racing the call never reads a bound above the deadline it ran for.
+ * A task compares the time it runs with its slot's bound. Only a
+ * 10 ms deadline can come due during the phase (a producer descheduled for
+ * 10 ms); its task is then already taken to run and the next call on the
+ * slot returns false: the thread waits for the task to have been counted,
+ * then schedules a fresh timeout into the slot, as a server would, and
+ * counts it (renewed). */
+static struct {
+    int early_mode;
+    size_t ring;
+    int64_t setup_ns;        /* when the rings were scheduled */
+    _Atomic int64_t *lb;     /* per slot: lower bound of its deadline */
+    _Atomic int64_t *ran_at; /* per slot: when its task last ran */
+    _Atomic uint32_t *runs;  /* per slot: how many times its task ran */
+    uint32_t *renewals;      /* per slot: timeouts scheduled anew (its thread's) */
+    _Atomic uint64_t early, renewed, failed;
+} touch;
+
+static int64_t touch_delay(size_t pass, size_t s)
+{
+    return touch.early_mode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
+}
+
+static void touch_ran(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    size_t slot = (uintptr_t)arg;
+    int64_t now = now_ns();
+    if (now < atomic_load_explicit(&touch.lb[slot], memory_order_acquire))
+        atomic_fetch_add(&touch.early, 1);
+    atomic_store_explicit(&touch.ran_at[slot], now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&touch.runs[slot], 1, memory_order_release);
+}
+
+static void touch_ring(struct phase *ph, size_t self)
+{
+    size_t ring = touch.ring, iters = ph->n / ph->threads, base = self * ring;
+    hwt_timeout **slots = &ph->handles[base];
+    int64_t t = 0;
+    uint64_t renewed = 0, failed = 0;
+    for (size_t k = 0, s = 0, pass = 0; k < iters; k++) {
+        if (s == 0)
+            t = now_ns();
+        int64_t d = touch_delay(pass, s);
+        int earlier = d < 30 * S_NS;
+        if (earlier)
+            atomic_store_explicit(&touch.lb[base + s], t + d, memory_order_release);
+        if (!hwt_timeout_reschedule(slots[s], d, HWT_NANOSECONDS)) {
+            /* Expired during the phase (see above): wait until its task
+             * has been counted, so that it is checked against the bound of
+             * the deadline it ran for, then schedule the slot anew. */
+            failed++;
+            int64_t until = now_ns() + 10 * S_NS;
+            while (atomic_load_explicit(&touch.runs[base + s], memory_order_acquire) <=
+                   touch.renewals[base + s]) {
+                if (now_ns() > until)
+                    die("touch: reschedule returned false but the task did not run");
+                sched_yield();
+            }
+            hwt_timeout_release(slots[s]);
+            t = now_ns();
+            check(hwt_new_timeout(ph->timer, touch_ran, (void *)(uintptr_t)(base + s), d,
+                                  HWT_NANOSECONDS, &slots[s]),
+                  "hwt_new_timeout (renew)");
+            touch.renewals[base + s]++;
+            renewed++;
+            atomic_store_explicit(&touch.lb[base + s], t + d, memory_order_release);
+        } else if (!earlier) {
+            atomic_store_explicit(&touch.lb[base + s], t + d, memory_order_release);
+        }
+        if (++s == ring) {
+            s = 0;
+            pass++;
+        }
+    }
+    atomic_fetch_add(&touch.renewed, renewed);
+    atomic_fetch_add(&touch.failed, failed);
+}
+
 /* expire / precision: each task records when it ran. */
 static int64_t *ran_at;
 static _Atomic size_t ran_count;
@@ -858,6 +950,119 @@ static void w_churn(const struct config *c)
         " cpu_ns_per_op=%.1f drain_ms=%.2f",
         c->ring, (double)wall / (double)(pairs ? pairs : 1), pairs, cancelled, st.wakeups,
         per(done.cpu_ns - cpu0, pairs), (double)(done.at_ns - end) / 1e6);
+}
+
+/* touch / touch_early (see touch_ring): calls = (n / P) * P. After the
+ * phase, waits until every slot whose last call set 10 ms has run for it
+ * (up to 10 s after its deadline), then for the worker as the others do.
+ * ran counts every task that ran (touch: none should), early those that ran
+ * before their slot's bound; the run stops on a 10 ms deadline that did not
+ * run, and stops the timer with the list: its size must be the slots still
+ * pending + the 1-hour timeout. */
+static void touch_common(const struct config *c, int early_mode)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    size_t ring = (size_t)c->ring, slots = ph.threads * ring;
+    size_t iters = ph.n / ph.threads, calls = iters * ph.threads;
+    memset(&touch, 0, sizeof touch);
+    touch.early_mode = early_mode;
+    touch.ring = ring;
+    touch.lb = xmalloc(slots * sizeof *touch.lb);
+    touch.ran_at = xmalloc(slots * sizeof *touch.ran_at);
+    touch.runs = xmalloc(slots * sizeof *touch.runs);
+    touch.renewals = xmalloc(slots * sizeof *touch.renewals);
+    ph.handles = xmalloc(slots * sizeof *ph.handles);
+    touch.setup_ns = now_ns();
+    for (size_t i = 0; i < slots; i++) {
+        atomic_init(&touch.lb[i], touch.setup_ns + 30 * S_NS);
+        atomic_init(&touch.ran_at[i], 0);
+        atomic_init(&touch.runs[i], 0);
+        touch.renewals[i] = 0;
+        check(hwt_new_timeout(timer, touch_ran, (void *)(uintptr_t)i, 30, HWT_SECONDS,
+                              &ph.handles[i]),
+              "hwt_new_timeout (ring)");
+    }
+    pid_t wtid = worker_tid();
+    settle(c, timer, wtid, 0, INT64_MAX); /* the rings are in the wheel */
+
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = run_phase(&ph, touch_ring);
+    int64_t end = now_ns();
+
+    /* The last call on each slot: the deadline it is left with. */
+    size_t due10 = 0;
+    int64_t last_due = 0;
+    for (size_t i = 0; i < slots; i++) {
+        size_t s = i % ring;
+        if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS) {
+            due10++;
+            int64_t lb = atomic_load(&touch.lb[i]);
+            last_due = lb > last_due ? lb : last_due;
+        }
+    }
+    int64_t self0 = self_cpu_ns(); /* this wait is the measurement's: not counted */
+    int64_t deadline = last_due + 10 * S_NS;
+    for (;;) {
+        size_t missing = 0;
+        for (size_t i = 0; i < slots; i++) {
+            size_t s = i % ring;
+            if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS &&
+                atomic_load_explicit(&touch.ran_at[i], memory_order_acquire) <
+                    atomic_load(&touch.lb[i]))
+                missing++;
+        }
+        if (missing == 0)
+            break;
+        if (now_ns() > deadline)
+            die("%s: %zu of %zu timeouts left at 10 ms did not run within 10 s of their deadline",
+                c->workload, missing, due10);
+        sleep_ns(MS_NS);
+    }
+    cpu0 += self_cpu_ns() - self0;
+    struct settled done = settle(c, timer, wtid, 0, INT64_MAX);
+
+    uint64_t ran = 0;
+    for (size_t i = 0; i < slots; i++)
+        ran += atomic_load(&touch.runs[i]);
+    hwt_timeout **list;
+    size_t count;
+    check(hwt_stop(timer, &list, &count), "hwt_stop");
+    hwt_timeouts_release(list, count);
+    size_t expected_list = slots - due10 + 1;
+    for (size_t i = 0; i < slots; i++)
+        hwt_timeout_release(ph.handles[i]);
+    hwt_timer_destroy(timer);
+    uint64_t early = atomic_load(&touch.early);
+
+    put_params(c);
+    put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
+        " left_at_10ms=%zu ran_in_phase=%" PRIu64 " renewed=%" PRIu64 " early=%" PRIu64 " list=%zu",
+        ring, per(wall, calls), per(done.cpu_ns - cpu0, calls), (double)(done.at_ns - end) / 1e6,
+        calls, ran, due10, atomic_load(&touch.failed), atomic_load(&touch.renewed), early, count);
+    free((void *)touch.lb);
+    free((void *)touch.ran_at);
+    free((void *)touch.runs);
+    free(touch.renewals);
+    free(ph.handles);
+    if (early > 0 || count != expected_list)
+        fprintf(stderr, "%s\n", line);
+    if (early > 0)
+        die("%s: %" PRIu64 " timeouts ran before their deadline", c->workload, early);
+    if (count != expected_list)
+        die("%s: stop listed %zu timeouts, expected %zu (pending slots + the 1-hour timeout)",
+            c->workload, count, expected_list);
+}
+
+static void w_touch(const struct config *c)
+{
+    touch_common(c, 0);
+}
+
+static void w_touch_early(const struct config *c)
+{
+    touch_common(c, 1);
 }
 
 static void write_dump(const char *path, const int64_t *sorted, size_t n)
@@ -1099,18 +1304,29 @@ static const struct {
     const char *name;
     void (*fn)(const struct config *);
 } workloads[] = {
-    {"schedule", w_schedule}, {"cancel", w_cancel}, {"churn", w_churn}, {"expire", w_expire},
-    {"precision", w_expire},  {"idle", w_idle},     {"hold", w_hold},   {"memory", w_memory},
-    {"jitter", w_jitter},     {"schedule_warm", w_schedule_warm}, {"cancel_own", w_cancel_own},
+    {"schedule", w_schedule},
+    {"cancel", w_cancel},
+    {"churn", w_churn},
+    {"expire", w_expire},
+    {"precision", w_expire},
+    {"idle", w_idle},
+    {"hold", w_hold},
+    {"memory", w_memory},
+    {"jitter", w_jitter},
+    {"schedule_warm", w_schedule_warm},
+    {"cancel_own", w_cancel_own},
+    {"touch", w_touch},
+    {"touch_early", w_touch_early},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
-               "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
-               "           hold memory jitter\n"
-               "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
-               "      dump\n");
+    fprintf(f,
+            "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
+            "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
+            "           hold memory jitter touch touch_early\n"
+            "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
+            "      dump\n");
 }
 
 int main(int argc, char **argv)

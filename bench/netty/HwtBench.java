@@ -62,6 +62,7 @@ import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.stream.Stream;
 
 public final class HwtBench {
@@ -684,6 +685,113 @@ public final class HwtBench {
             + " cancelled=" + ok.get() + cpuKeys(cpu0, cpu1, pairs, end, at[0]));
     }
 
+    /* touch / touch_early: each of P threads owns a ring of `ring` timeouts,
+     * scheduled 30 s ahead before the timed phase; n/P times it moves the
+     * slot's deadline the only way Netty allows, cancel + newTimeout (Netty
+     * has no reschedule: netty/netty#6669) - to 30 s (touch), or alternately
+     * to 10 ms and 30 s (touch_early). Never early: the thread reads the
+     * clock once per pass over its ring; a call's deadline is at least that
+     * reading + its delay, stored per slot before the call when it moves the
+     * deadline earlier, after it when later; a task is early if it runs
+     * before the lower of its slot's last two bounds (it may race the next
+     * call, if its 10 ms came due during the phase). */
+    static void touch(Config c, boolean earlyMode) {
+        HashedWheelTimer timer = startTimer(c);
+        int p = (int) c.threads, ring = (int) c.ring, slots = p * ring;
+        long iters = c.n / p, calls = iters * p;
+        AtomicLongArray lb = new AtomicLongArray(slots),
+            lbPrev = new AtomicLongArray(slots),
+            ranAt = new AtomicLongArray(slots);
+        AtomicLong ran = new AtomicLong(), early = new AtomicLong(), cancelled = new AtomicLong();
+        TimerTask[] tasks = new TimerTask[slots];
+        Timeout[] handles = new Timeout[slots];
+        long setup = System.nanoTime();
+        for (int i = 0; i < slots; i++) {
+            final int slot = i;
+            tasks[i] = t -> {
+                long now = System.nanoTime();
+                if (now < Math.min(lb.get(slot), lbPrev.get(slot))) {
+                    early.incrementAndGet();
+                }
+                ranAt.set(slot, now);
+                ran.incrementAndGet();
+            };
+            lb.set(i, setup + 30 * S_NS);
+            lbPrev.set(i, setup + 30 * S_NS);
+            handles[i] = timer.newTimeout(tasks[i], 30, TimeUnit.SECONDS);
+        }
+        long[] at = new long[1];
+        settle(timer, () -> true, at);
+        CpuMark cpu0 = cpuMark();
+        long wall = runPhase(p, (self, threads) -> {
+            int base = self * ring;
+            long mine = 0, t = 0;
+            for (long k = 0, s = 0, pass = 0; k < iters; k++) {
+                if (s == 0) {
+                    t = System.nanoTime();
+                }
+                int i = base + (int) s;
+                long d = earlyMode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
+                boolean earlier = d < 30 * S_NS;
+                if (earlier) {
+                    lbPrev.set(i, lb.get(i));
+                    lb.set(i, t + d);
+                }
+                if (handles[i].cancel()) {
+                    mine++;
+                }
+                handles[i] = timer.newTimeout(tasks[i], d, TimeUnit.NANOSECONDS);
+                if (!earlier) {
+                    lbPrev.set(i, lb.get(i));
+                    lb.set(i, t + d);
+                }
+                if (++s == ring) {
+                    s = 0;
+                    pass++;
+                }
+            }
+            cancelled.addAndGet(mine);
+        });
+        long end = System.nanoTime();
+        long due10 = 0, lastDue = 0;
+        for (int i = 0; i < slots; i++) {
+            int s = i % ring;
+            if (iters > s && earlyMode && (((iters - 1 - s) / ring + s) & 1) != 0) {
+                due10++;
+                lastDue = Math.max(lastDue, lb.get(i));
+            }
+        }
+        long self0 = THREADS.getCurrentThreadCpuTime(); /* the measurement's wait: not counted */
+        long deadline = lastDue + 10 * S_NS;
+        for (;;) {
+            long missing = 0;
+            for (int i = 0; i < slots; i++) {
+                int s = i % ring;
+                if (iters > s && earlyMode && (((iters - 1 - s) / ring + s) & 1) != 0
+                    && ranAt.get(i) < lb.get(i) - 10 * MS_NS) { /* ran since its last pass began */
+                    missing++;
+                }
+            }
+            if (missing == 0) {
+                break;
+            }
+            if (System.nanoTime() > deadline) {
+                die(c.workload + ": " + missing + " of " + due10
+                    + " timeouts left at 10 ms did not run within 10 s of their deadline");
+            }
+            sleepNs(MS_NS);
+        }
+        CpuMark cpu1 = settle(timer, () -> true, at, THREADS.getCurrentThreadCpuTime() - self0);
+        timer.stop();
+        putParams(c);
+        put(" ring=" + ring + " ns_per_op=" + f1((double) wall / Math.max(calls, 1)) + " calls=" + calls
+            + " ran=" + ran.get() + " left_at_10ms=" + due10 + " early=" + early.get() + " cancelled="
+            + cancelled.get() + cpuKeys(cpu0, cpu1, calls, end, at[0]));
+        if (early.get() > 0) { /* Netty's own behaviour: reported, as expire reports it */
+            System.err.println(c.workload + ": " + early.get() + " timeouts ran before their deadline");
+        }
+    }
+
     static void expire(Config c) throws IOException {
         HashedWheelTimer timer = startTimer(c);
         int n = (int) c.n, p = (int) c.threads;
@@ -843,6 +951,8 @@ public final class HwtBench {
             case "idle": idle(c); break;
             case "hold": hold(c); break;
             case "memory": memory(c); break;
+            case "touch": touch(c, false); break;
+            case "touch_early": touch(c, true); break;
             default: die("unknown workload '" + c.workload + "'");
         }
     }
@@ -860,7 +970,7 @@ public final class HwtBench {
         }
         List<String> known = Arrays.asList("schedule", "schedule_warm", "cancel", "cancel_own",
                                            "churn", "expire", "precision", "idle", "hold",
-                                           "memory");
+                                           "memory", "touch", "touch_early");
         if (!known.contains(args[0])) {
             die("unknown workload '" + args[0] + "'");
         }

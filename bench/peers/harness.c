@@ -5,7 +5,7 @@
  * same way.
  *
  * Workloads: schedule, schedule_warm, cancel, cancel_own, churn, expire,
- * precision, memory (hwt-bench's idle, hold and jitter measure libhwtimer's
+ * precision, memory, touch, touch_early (hwt-bench's idle, hold and jitter measure libhwtimer's
  * worker alone and have no twin here). Every workload except memory reports,
  * beside wall time per operation, cpu_ns_per_op: the CPU time of the whole
  * process (every thread, the worker included, CLOCK_PROCESS_CPUTIME_ID) from
@@ -41,6 +41,16 @@
 #define S_NS INT64_C(1000000000)
 
 static struct bench_peer *peer;
+
+/* touch and touch_early (see step_touch): per slot, the lower bounds of its
+ * last two deadlines, when its task last ran and how many times. */
+static struct {
+    int early_mode;
+    size_t ring;
+    _Atomic int64_t *lb, *lb_prev, *ran_at;
+    _Atomic uint32_t *runs;
+    _Atomic uint64_t early;
+} touch;
 
 /* --------------------------------------------------------------- helpers */
 
@@ -488,6 +498,54 @@ static void step_churn(struct work *w, size_t self)
     atomic_fetch_add(&w->ok, ok);
 }
 
+/* touch / touch_early: thread self owns slots [self * ring, (self + 1) *
+ * ring), armed 30 s ahead before the phase; n / P times it re-arms the next
+ * one with the peer's rearm() - to 30 s (touch), or alternately to 10 ms
+ * and to 30 s (touch_early: every other call moves a deadline earlier).
+ * Never early: the thread reads the clock once per pass over its ring (not
+ * per call, which would double what is measured); a call's deadline is at
+ * least that reading + its delay, stored per slot before the call when it
+ * moves the deadline earlier, after it when later. A peer re-arms a timer
+ * whose 10 ms deadline came due during the phase (its producer descheduled
+ * for 10 ms), and the task may run while the next call re-arms it: a task
+ * is early if it runs before the lower of its slot's last two bounds. */
+static int64_t touch_delay(size_t pass, size_t s)
+{
+    return touch.early_mode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
+}
+
+static void touch_bound(size_t i, int64_t lb)
+{
+    atomic_store_explicit(&touch.lb_prev[i],
+                          atomic_load_explicit(&touch.lb[i], memory_order_relaxed),
+                          memory_order_release);
+    atomic_store_explicit(&touch.lb[i], lb, memory_order_release);
+}
+
+static void step_touch(struct work *w, size_t self)
+{
+    size_t ring = touch.ring, iters = w->n / w->threads, base = self * ring;
+    uint64_t ok = 0;
+    int64_t t = 0;
+    for (size_t k = 0, s = 0, pass = 0; k < iters; k++) {
+        if (s == 0)
+            t = bench_now_ns();
+        int64_t d = touch_delay(pass, s);
+        if (d < 30 * S_NS) {
+            touch_bound(base + s, t + d);
+            ok += (uint64_t)peer->rearm(w->t, base + s, d);
+        } else {
+            ok += (uint64_t)peer->rearm(w->t, base + s, d);
+            touch_bound(base + s, t + d);
+        }
+        if (++s == ring) {
+            s = 0;
+            pass++;
+        }
+    }
+    atomic_fetch_add(&w->ok, ok);
+}
+
 /* ---------------------------------------------------------- settle */
 
 static int64_t *ran_at;
@@ -495,7 +553,17 @@ static _Atomic size_t ran_count;
 
 void bench_task_ran(size_t i)
 {
-    ran_at[i] = bench_now_ns();
+    int64_t now = bench_now_ns();
+    if (touch.lb != NULL) {
+        int64_t lb = atomic_load_explicit(&touch.lb[i], memory_order_acquire);
+        int64_t prev = atomic_load_explicit(&touch.lb_prev[i], memory_order_acquire);
+        if (now < (prev < lb ? prev : lb))
+            atomic_fetch_add(&touch.early, 1);
+        atomic_store_explicit(&touch.ran_at[i], now, memory_order_relaxed);
+        atomic_fetch_add_explicit(&touch.runs[i], 1, memory_order_release);
+    } else {
+        ran_at[i] = now;
+    }
     atomic_fetch_add_explicit(&ran_count, 1, memory_order_release);
 }
 
@@ -675,6 +743,104 @@ static void w_churn(const struct bench_config *c)
         pairs, cancelled);
 }
 
+/* touch / touch_early (step_touch): calls = (n / P) * P. After the phase,
+ * waits until every slot left at 10 ms has run since its last pass began
+ * (early or not; up to 10 s after its deadline), then for the worker. ran counts every task that
+ * ran (touch: none should), early those that ran before their bound (reported, as expire reports
+ * them: a peer's own behaviour); the run stops if a 10 ms deadline did not run. Asio: a re-arm of a
+ * pending wait calls its handler with operation_aborted (counted by the peer, waited for by
+ * settled(), not counted as a run). */
+static void touch_common(const struct bench_config *c, int early_mode)
+{
+    void *t = peer->create(c);
+    struct work w;
+    init_work(&w, c, t);
+    size_t ring = (size_t)c->ring, slots = w.threads * ring;
+    size_t iters = w.n / w.threads, calls = iters * w.threads;
+    memset(&touch, 0, sizeof touch);
+    touch.early_mode = early_mode;
+    touch.ring = ring;
+    touch.lb = bench_xmalloc(slots * sizeof *touch.lb);
+    touch.lb_prev = bench_xmalloc(slots * sizeof *touch.lb_prev);
+    touch.ran_at = bench_xmalloc(slots * sizeof *touch.ran_at);
+    touch.runs = bench_xmalloc(slots * sizeof *touch.runs);
+    peer->slots(t, slots, BENCH_RECORD);
+    int64_t setup = bench_now_ns();
+    for (size_t i = 0; i < slots; i++) {
+        atomic_init(&touch.lb[i], setup + 30 * S_NS);
+        atomic_init(&touch.lb_prev[i], setup + 30 * S_NS);
+        atomic_init(&touch.ran_at[i], 0);
+        atomic_init(&touch.runs[i], 0);
+        peer->arm(t, i, 30 * S_NS);
+    }
+    pid_t wtid = worker_tid();
+    settle(&w, wtid, 0);
+
+    int64_t cpu0 = proc_cpu_ns();
+    int64_t wall = run_phase(&w, step_touch);
+    int64_t end = bench_now_ns();
+
+    size_t due10 = 0;
+    int64_t last_due = 0;
+    for (size_t i = 0; i < slots; i++) {
+        size_t s = i % ring;
+        if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS) {
+            due10++;
+            int64_t lb = atomic_load(&touch.lb[i]);
+            last_due = lb > last_due ? lb : last_due;
+        }
+    }
+    int64_t self0 = self_cpu_ns(); /* this wait is the measurement's: not counted */
+    int64_t deadline = last_due + 10 * S_NS;
+    for (;;) {
+        size_t missing = 0;
+        for (size_t i = 0; i < slots; i++) {
+            size_t s = i % ring;
+            if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS &&
+                atomic_load_explicit(&touch.ran_at[i], memory_order_acquire) <
+                    atomic_load(&touch.lb[i]) - 10 * MS_NS)
+                missing++;
+        }
+        if (missing == 0)
+            break;
+        if (bench_now_ns() > deadline)
+            bench_die("%s: %zu of %zu timeouts left at 10 ms did not run within 10 s of their "
+                      "deadline",
+                      c->workload, missing, due10);
+        sleep_ns(MS_NS);
+    }
+    cpu0 += self_cpu_ns() - self0;
+    struct settled st = settle(&w, wtid, 0);
+    peer->destroy(t);
+    uint64_t ran = 0;
+    for (size_t i = 0; i < slots; i++)
+        ran += atomic_load(&touch.runs[i]);
+    uint64_t early = atomic_load(&touch.early);
+    free((void *)touch.lb);
+    free((void *)touch.lb_prev);
+    free((void *)touch.ran_at);
+    free((void *)touch.runs);
+    touch.lb = NULL;
+    put_params(c);
+    put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
+        " left_at_10ms=%zu early=%" PRIu64 " replaced=%" PRIu64,
+        ring, per(wall, calls), per(st.cpu_ns - cpu0, calls), (double)(st.at_ns - end) / 1e6, calls,
+        ran, due10, early, atomic_load(&w.ok));
+    if (early > 0) /* the peer's own behaviour: reported (compare-peers marks it), as in expire */
+        fprintf(stderr, "%s: %s: %" PRIu64 " timeouts ran before their deadline\n", peer->name,
+                c->workload, early);
+}
+
+static void w_touch(const struct bench_config *c)
+{
+    touch_common(c, 0);
+}
+
+static void w_touch_early(const struct bench_config *c)
+{
+    touch_common(c, 1);
+}
+
 static void write_dump(const char *path, const int64_t *sorted, size_t n)
 {
     FILE *f = fopen(path, "w");
@@ -786,6 +952,7 @@ static const struct {
     {"cancel", w_cancel},     {"cancel_own", w_cancel_own},
     {"churn", w_churn},       {"expire", w_expire},
     {"precision", w_expire},  {"memory", w_memory},
+    {"touch", w_touch},       {"touch_early", w_touch_early},
 };
 
 static void usage(FILE *f, const char *prog)
@@ -793,6 +960,7 @@ static void usage(FILE *f, const char *prog)
     fprintf(f,
             "usage: %s WORKLOAD [key=value ...]   (or: %s version)\n"
             "workloads: schedule schedule_warm cancel cancel_own churn expire precision memory\n"
+            "           touch touch_early\n"
             "keys: n threads tick_us wheel span_ms settle_ms wait_ms ring quiet_ms seed dump\n",
             prog, prog);
 }
