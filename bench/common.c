@@ -5,6 +5,7 @@
 #include "common.h"
 
 #include <dirent.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,4 +359,48 @@ void bench_team_stop(struct bench_team *tm)
     free(tm->args);
     free(tm->start);
     free(tm->end);
+}
+
+/* ------------------------------------------------ touch and touch_early */
+
+/* 1 if the last of `iters` calls of slot i's thread left slot i at 10 ms. */
+static int left_at_10ms(int early_mode, size_t iters, size_t ring, size_t i)
+{
+    size_t s = i % ring;
+    return iters > s && bench_touch_delay(early_mode, (iters - 1 - s) / ring, s) < 30 * BENCH_S_NS;
+}
+
+size_t bench_touch_wait_10ms(const char *workload, int early_mode, size_t iters, size_t ring,
+                             size_t slots, _Atomic int64_t *lb, _Atomic int64_t *ran_at,
+                             int64_t slack_ns, int64_t *cpu0)
+{
+    /* The last call on each slot: the deadline it is left with. */
+    size_t due10 = 0;
+    int64_t last_due = 0;
+    for (size_t i = 0; i < slots; i++) {
+        if (left_at_10ms(early_mode, iters, ring, i)) {
+            due10++;
+            int64_t b = atomic_load(&lb[i]);
+            last_due = b > last_due ? b : last_due;
+        }
+    }
+    int64_t self0 = bench_self_cpu_ns();
+    int64_t deadline = last_due + 10 * BENCH_S_NS;
+    for (;;) {
+        size_t missing = 0;
+        for (size_t i = 0; i < slots; i++)
+            if (left_at_10ms(early_mode, iters, ring, i) &&
+                atomic_load_explicit(&ran_at[i], memory_order_acquire) <
+                    atomic_load(&lb[i]) - slack_ns)
+                missing++;
+        if (missing == 0)
+            break;
+        if (bench_now_ns() > deadline)
+            bench_die(
+                "%s: %zu of %zu timeouts left at 10 ms did not run within 10 s of their deadline",
+                workload, missing, due10);
+        bench_sleep_ns(BENCH_MS_NS);
+    }
+    *cpu0 += bench_self_cpu_ns() - self0;
+    return due10;
 }

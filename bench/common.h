@@ -181,6 +181,28 @@ void bench_team_stop(struct bench_team *tm);
 /* Last end - first start of p threads' [start, end] stamps. */
 int64_t bench_wall(const int64_t *start, const int64_t *end, size_t p);
 
+/* ------------------------------------------------ touch and touch_early */
+
+/* The delay of a thread's call on slot s of its ring in pass `pass`: 30 s;
+ * touch_early (early_mode) alternately 10 ms and 30 s, so that every other
+ * call moves a deadline earlier. Inline: it is called inside the timed loop. */
+static inline int64_t bench_touch_delay(int early_mode, size_t pass, size_t s)
+{
+    return early_mode && ((pass + s) & 1) != 0 ? 10 * BENCH_MS_NS : 30 * BENCH_S_NS;
+}
+
+#ifndef __cplusplus
+/* After the timed phase (iters calls per thread over rings of `ring`
+ * slots, slots in all): waits until every slot whose last call left it at
+ * 10 ms has run at or after its bound lb[i] - slack_ns (ran_at[i]); dies
+ * naming `workload` if one has not 10 s after the last such bound. Returns
+ * how many slots were left at 10 ms. The CPU time this thread spends
+ * waiting is added to *cpu0: it is the measurement's, not the timer's. */
+size_t bench_touch_wait_10ms(const char *workload, int early_mode, size_t iters, size_t ring,
+                             size_t slots, _Atomic int64_t *lb, _Atomic int64_t *ran_at,
+                             int64_t slack_ns, int64_t *cpu0);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

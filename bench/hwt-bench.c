@@ -325,7 +325,7 @@ static struct {
 
 static int64_t touch_delay(size_t pass, size_t s)
 {
-    return touch.early_mode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
+    return bench_touch_delay(touch.early_mode, pass, s);
 }
 
 static void touch_ran(hwt_timeout *timeout, void *arg)
@@ -657,37 +657,10 @@ static void touch_common(const struct bench_config *c, int early_mode)
     int64_t wall = run_phase(&ph, touch_ring);
     int64_t end = bench_now_ns();
 
-    /* The last call on each slot: the deadline it is left with. */
-    size_t due10 = 0;
-    int64_t last_due = 0;
-    for (size_t i = 0; i < slots; i++) {
-        size_t s = i % ring;
-        if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS) {
-            due10++;
-            int64_t lb = atomic_load(&touch.lb[i]);
-            last_due = lb > last_due ? lb : last_due;
-        }
-    }
-    int64_t self0 = bench_self_cpu_ns(); /* this wait is the measurement's: not counted */
-    int64_t deadline = last_due + 10 * S_NS;
-    for (;;) {
-        size_t missing = 0;
-        for (size_t i = 0; i < slots; i++) {
-            size_t s = i % ring;
-            if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS &&
-                atomic_load_explicit(&touch.ran_at[i], memory_order_acquire) <
-                    atomic_load(&touch.lb[i]))
-                missing++;
-        }
-        if (missing == 0)
-            break;
-        if (bench_now_ns() > deadline)
-            bench_die(
-                "%s: %zu of %zu timeouts left at 10 ms did not run within 10 s of their deadline",
-                c->workload, missing, due10);
-        bench_sleep_ns(MS_NS);
-    }
-    cpu0 += bench_self_cpu_ns() - self0;
+    /* Slack 0: libhwtimer promises never early, so each must run at or
+     * after its last bound. */
+    size_t due10 = bench_touch_wait_10ms(c->workload, early_mode, iters, ring, slots, touch.lb,
+                                         touch.ran_at, 0, &cpu0);
     struct settled done = settle(c, timer, wtid, 0, INT64_MAX);
 
     uint64_t ran = 0;
