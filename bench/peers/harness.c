@@ -24,7 +24,6 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -37,8 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MS_NS INT64_C(1000000)
-#define S_NS INT64_C(1000000000)
+#define MS_NS BENCH_MS_NS
+#define S_NS BENCH_S_NS
 
 static struct bench_peer *peer;
 
@@ -54,166 +53,20 @@ static struct {
 
 /* --------------------------------------------------------------- helpers */
 
-void bench_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", peer != NULL ? peer->name : "bench");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-int64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
-}
-
-static void sleep_ns(int64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / S_NS), (long)(ns % S_NS)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-void *bench_xmalloc(size_t size)
-{
-    void *p = malloc(size == 0 ? 1 : size);
-    if (p == NULL)
-        bench_die("out of memory (%zu bytes)", size);
-    return p;
-}
-
 void bench_worker_named(void)
 {
     prctl(PR_SET_NAME, BENCH_WORKER_NAME, 0, 0, 0);
 }
 
-/* Writes every page so that later writes (from a task) do not fault. */
-static void prefault(void *p, size_t size)
-{
-    volatile char *c = p;
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < size; i += (size_t)page)
-        c[i] = 1;
-    memset(p, 0, size);
-    if (size > 0)
-        c[0] = 0;
-}
-
-/* splitmix64, the same sequence and mapping as hwt-bench.c and HwtBench.java. */
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static int64_t *uniform_delays(size_t n, int64_t lo, int64_t hi, uint64_t seed)
-{
-    int64_t *d = bench_xmalloc(n * sizeof *d);
-    uint64_t state = seed;
-    uint64_t range = (uint64_t)(hi - lo);
-    for (size_t i = 0; i < n; i++)
-        d[i] = lo + (int64_t)((splitmix64(&state) >> 1) % (range == 0 ? 1 : range));
-    return d;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int64_t percentile(const int64_t *sorted, size_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    double rank = p / 100.0 * (double)n;
-    size_t idx = (size_t)rank;
-    if ((double)idx < rank)
-        idx++;
-    if (idx == 0)
-        idx = 1;
-    if (idx > n)
-        idx = n;
-    return sorted[idx - 1];
-}
-
 /* ------------------------------------------------- CPU, memory, threads */
-
-static int64_t proc_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
-}
-
-static int64_t self_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
-}
-
-/* The CPU clock of thread `tid` of this process (the kernel's encoding of a
- * per-thread CPUCLOCK_SCHED clock, as pthread_getcpuclockid gives); -1 if it
- * cannot be read. */
-static int64_t thread_cpu_ns(pid_t tid)
-{
-    clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6u);
-    struct timespec ts;
-    if (clock_gettime(clock, &ts) != 0)
-        return -1;
-    return (int64_t)ts.tv_sec * S_NS + ts.tv_nsec;
-}
 
 /* The worker's thread id, found by name (it names itself when it starts). */
 static pid_t worker_tid(void)
 {
-    for (int attempt = 0; attempt < 1000; attempt++) {
-        DIR *dir = opendir("/proc/self/task");
-        if (dir == NULL)
-            break;
-        struct dirent *e;
-        pid_t found = -1;
-        while ((e = readdir(dir)) != NULL) {
-            if (e->d_name[0] < '0' || e->d_name[0] > '9')
-                continue;
-            char path[300], comm[32] = "";
-            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-            FILE *f = fopen(path, "r");
-            if (f == NULL)
-                continue;
-            if (fgets(comm, sizeof comm, f) != NULL) {
-                comm[strcspn(comm, "\n")] = '\0';
-                if (strcmp(comm, BENCH_WORKER_NAME) == 0)
-                    found = (pid_t)atoi(e->d_name);
-            }
-            fclose(f);
-        }
-        closedir(dir);
-        if (found > 0)
-            return found;
-        sleep_ns(MS_NS);
-    }
-    bench_die("worker thread '%s' not found in /proc/self/task", BENCH_WORKER_NAME);
-}
-
-static int64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f == NULL)
-        bench_die("cannot open /proc/self/statm");
-    long long size, resident;
-    if (fscanf(f, "%lld %lld", &size, &resident) != 2)
-        bench_die("cannot parse /proc/self/statm");
-    fclose(f);
-    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+    pid_t tid = bench_worker_tid(BENCH_WORKER_NAME);
+    if (tid < 0)
+        bench_die("worker thread '%s' not found in /proc/self/task", BENCH_WORKER_NAME);
+    return tid;
 }
 
 /* Kernel memory, machine-wide, from /proc/meminfo (kB). */
@@ -242,117 +95,15 @@ static void kernel_memory(struct kmem *k)
 
 /* ------------------------------------------------------ the output line */
 
-static char line[4096];
-static size_t line_len;
-
-static void put(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void put(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (line_len < sizeof line - 1) {
-        int w = vsnprintf(line + line_len, sizeof line - line_len, fmt, ap);
-        if (w > 0)
-            line_len += (size_t)w;
-        if (line_len > sizeof line - 1)
-            line_len = sizeof line - 1;
-    }
-    va_end(ap);
-}
-
-static char notes[512];
-static size_t notes_len;
+static char notes_text[512];
+static struct bench_buf notes = {notes_text, sizeof notes_text, 0};
 
 void bench_note(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    if (notes_len < sizeof notes - 1) {
-        int w = vsnprintf(notes + notes_len, sizeof notes - notes_len, fmt, ap);
-        if (w > 0)
-            notes_len += (size_t)w;
-        if (notes_len > sizeof notes - 1)
-            notes_len = sizeof notes - 1;
-    }
+    bench_vappend(&notes, fmt, ap);
     va_end(ap);
-}
-
-static void put_params(const struct bench_config *c)
-{
-    put("%s %s n=%ld threads=%ld tick_us=%ld wheel=%ld", peer->name, c->workload, c->n, c->threads,
-        c->tick_us, c->wheel);
-}
-
-/* -------------------------------------------------------- configuration */
-
-static long parse_long(const char *key, const char *v, long min)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0' || x < min)
-        bench_die("bad value for %s: '%s' (an integer >= %ld)", key, v, min);
-    return x;
-}
-
-static void parse_args(struct bench_config *c, int argc, char **argv)
-{
-    c->n = c->tick_us = c->span_ms = c->settle_ms = c->quiet_ms = -1;
-    c->threads = 2;
-    c->wheel = 512;
-    c->wait_ms = 200;
-    c->ring = 1000;
-    c->seconds = 5.0;
-    c->seed = 42;
-    c->dump = NULL;
-    for (int i = 2; i < argc; i++) {
-        char *eq = strchr(argv[i], '=');
-        if (eq == NULL)
-            bench_die("expected key=value, got '%s'", argv[i]);
-        *eq = '\0';
-        const char *k = argv[i], *v = eq + 1;
-        if (strcmp(k, "n") == 0)
-            c->n = parse_long(k, v, 1);
-        else if (strcmp(k, "threads") == 0)
-            c->threads = parse_long(k, v, 1);
-        else if (strcmp(k, "tick_us") == 0)
-            c->tick_us = parse_long(k, v, 1);
-        else if (strcmp(k, "wheel") == 0)
-            c->wheel = parse_long(k, v, 1);
-        else if (strcmp(k, "span_ms") == 0)
-            c->span_ms = parse_long(k, v, 1);
-        else if (strcmp(k, "settle_ms") == 0)
-            c->settle_ms = parse_long(k, v, 0);
-        else if (strcmp(k, "wait_ms") == 0)
-            c->wait_ms = parse_long(k, v, 0);
-        else if (strcmp(k, "ring") == 0)
-            c->ring = parse_long(k, v, 1);
-        else if (strcmp(k, "quiet_ms") == 0)
-            c->quiet_ms = parse_long(k, v, 1);
-        else if (strcmp(k, "seed") == 0)
-            c->seed = (uint64_t)parse_long(k, v, 0);
-        else if (strcmp(k, "dump") == 0)
-            c->dump = v;
-        else if (strcmp(k, "seconds") == 0) {
-            char *end;
-            c->seconds = strtod(v, &end);
-            if (end == v || *end != '\0' || !(c->seconds > 0) || c->seconds > 86400)
-                bench_die("bad value for seconds: '%s'", v);
-        } else if (peer->key == NULL || !peer->key(k, v))
-            bench_die("unknown key '%s'", k);
-    }
-    int precision = strcmp(c->workload, "precision") == 0;
-    if (c->n < 0)
-        c->n = precision ? 10000 : 1000000;
-    if (c->tick_us < 0)
-        c->tick_us = precision ? 100 : 1000;
-    if (c->span_ms < 0)
-        c->span_ms = precision ? 1000 : 2000;
-    if (c->settle_ms < 0)
-        c->settle_ms = strcmp(c->workload, "memory") == 0 ? 1500 : 1000;
-    if (c->quiet_ms < 0) /* as hwt-bench: 3 x libhwtimer's cancel latency */
-        c->quiet_ms = 3 * (c->tick_us / 1000 > 100 ? c->tick_us / 1000 : 100);
 }
 
 /* ------------------------------------------------------------ the phases */
@@ -367,97 +118,37 @@ struct work {
     const int64_t *delays;
     int64_t *sched_at;
     _Atomic uint64_t ok; /* cancels and re-arms that returned 1, all phases */
+    step_fn fn;          /* the step the team runs */
 };
 
-/* P threads that run steps together: each step starts when all are at the
- * `go` barrier (the main thread too) and ends at `done`. */
-struct team {
-    struct work *w;
-    size_t threads;
-    pthread_t *tid;
-    struct team_arg *args;
-    pthread_barrier_t go, done;
-    step_fn fn; /* NULL: exit */
-    int64_t *start, *end;
-};
-
-struct team_arg {
-    struct team *team;
-    size_t self;
-};
-
-static void *team_thread(void *p)
+/* P threads that run steps together (common.h's team); w->fn is the step
+ * they run. */
+static void team_call(void *p, size_t self)
 {
-    struct team_arg *a = p;
-    struct team *tm = a->team;
-    for (;;) {
-        pthread_barrier_wait(&tm->go);
-        step_fn fn = tm->fn;
-        if (fn == NULL)
-            return NULL;
-        tm->start[a->self] = bench_now_ns();
-        fn(tm->w, a->self);
-        tm->end[a->self] = bench_now_ns();
-        pthread_barrier_wait(&tm->done);
-    }
+    struct work *w = p;
+    w->fn(w, self);
 }
 
-static void team_start(struct team *tm, struct work *w)
+static void team_start(struct bench_team *tm, struct work *w)
 {
-    size_t p = w->threads;
-    tm->w = w;
-    tm->threads = p;
-    tm->tid = bench_xmalloc(p * sizeof *tm->tid);
-    tm->args = bench_xmalloc(p * sizeof *tm->args);
-    tm->start = bench_xmalloc(p * sizeof *tm->start);
-    tm->end = bench_xmalloc(p * sizeof *tm->end);
-    if (pthread_barrier_init(&tm->go, NULL, (unsigned)p + 1) != 0 ||
-        pthread_barrier_init(&tm->done, NULL, (unsigned)p + 1) != 0)
-        bench_die("pthread_barrier_init");
-    for (size_t i = 0; i < p; i++) {
-        tm->args[i] = (struct team_arg){tm, i};
-        if (pthread_create(&tm->tid[i], NULL, team_thread, &tm->args[i]) != 0)
-            bench_die("pthread_create");
-    }
+    bench_team_start(tm, w->threads, team_call, w);
 }
 
 /* Runs fn on every thread of the team; returns the wall time in ns. */
-static int64_t team_step(struct team *tm, step_fn fn)
+static int64_t team_step(struct bench_team *tm, step_fn fn)
 {
-    tm->fn = fn;
-    pthread_barrier_wait(&tm->go);
-    pthread_barrier_wait(&tm->done);
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    for (size_t i = 0; i < tm->threads; i++) {
-        if (tm->start[i] < first)
-            first = tm->start[i];
-        if (tm->end[i] > last)
-            last = tm->end[i];
-    }
-    return last - first;
-}
-
-static void team_stop(struct team *tm)
-{
-    tm->fn = NULL;
-    pthread_barrier_wait(&tm->go);
-    for (size_t i = 0; i < tm->threads; i++)
-        pthread_join(tm->tid[i], NULL);
-    pthread_barrier_destroy(&tm->go);
-    pthread_barrier_destroy(&tm->done);
-    free(tm->tid);
-    free(tm->args);
-    free(tm->start);
-    free(tm->end);
+    struct work *w = tm->ctx;
+    w->fn = fn;
+    return bench_team_step(tm);
 }
 
 /* One step on fresh threads. */
 static int64_t run_phase(struct work *w, step_fn fn)
 {
-    struct team tm;
+    struct bench_team tm;
     team_start(&tm, w);
     int64_t wall = team_step(&tm, fn);
-    team_stop(&tm);
+    bench_team_stop(&tm);
     return wall;
 }
 
@@ -511,7 +202,7 @@ static void step_churn(struct work *w, size_t self)
  * is early if it runs before the lower of its slot's last two bounds. */
 static int64_t touch_delay(size_t pass, size_t s)
 {
-    return touch.early_mode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
+    return bench_touch_delay(touch.early_mode, pass, s);
 }
 
 static void touch_bound(size_t i, int64_t lb)
@@ -584,11 +275,11 @@ static struct settled settle(struct work *w, pid_t wtid, size_t target)
 {
     int64_t quiet = w->c->quiet_ms * MS_NS;
     int64_t deadline = bench_now_ns() + 120 * S_NS;
-    int64_t last_worker = -2, quiet_since = 0, self0 = self_cpu_ns();
+    int64_t last_worker = -2, quiet_since = 0, self0 = bench_self_cpu_ns();
     struct settled s = {0, 0, 0};
     for (;;) {
-        int64_t wc = thread_cpu_ns(wtid);
-        int64_t pc = proc_cpu_ns() - (self_cpu_ns() - self0);
+        int64_t wc = bench_thread_cpu_ns(wtid);
+        int64_t pc = bench_proc_cpu_ns() - (bench_self_cpu_ns() - self0);
         int64_t now = bench_now_ns();
         int done = (peer->settled == NULL || peer->settled(w->t, atomic_load(&w->ok))) &&
                    atomic_load_explicit(&ran_count, memory_order_acquire) >= target;
@@ -602,7 +293,7 @@ static struct settled settle(struct work *w, pid_t wtid, size_t target)
         if (now > deadline)
             bench_die("%s: the worker did not settle within 120 s (%zu of %zu tasks ran)",
                       w->c->workload, atomic_load(&ran_count), target);
-        sleep_ns(MS_NS);
+        bench_sleep_ns(MS_NS);
     }
 }
 
@@ -629,11 +320,11 @@ static void w_schedule(const struct bench_config *c)
     struct work w;
     init_work(&w, c, t);
     peer->slots(t, w.n, BENCH_NOOP);
-    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    int64_t *delays = bench_uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
     w.delays = delays;
     pid_t wtid = worker_tid();
 
-    int64_t cpu0 = proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t wall = run_phase(&w, step_arm);
     int64_t end = bench_now_ns();
     struct settled s = settle(&w, wtid, 0);
@@ -642,9 +333,9 @@ static void w_schedule(const struct bench_config *c)
     peer->destroy(t);
     int64_t destroy = bench_now_ns() - t0;
     free(delays);
-    put_params(c);
-    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f destroy_ms=%.1f", per(wall, w.n),
-        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, (double)destroy / 1e6);
+    bench_put_params(peer->name, c);
+    bench_put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f destroy_ms=%.1f", per(wall, w.n),
+              per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, (double)destroy / 1e6);
 }
 
 /* schedule_warm: the same threads schedule n, cancel them all and let the
@@ -655,25 +346,25 @@ static void w_schedule_warm(const struct bench_config *c)
     struct work w;
     init_work(&w, c, t);
     peer->slots(t, w.n, BENCH_NOOP);
-    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    int64_t *delays = bench_uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
     w.delays = delays;
     pid_t wtid = worker_tid();
-    struct team tm;
+    struct bench_team tm;
     team_start(&tm, &w);
     team_step(&tm, step_arm);
     team_step(&tm, step_cancel);
     settle(&w, wtid, 0);
 
-    int64_t cpu0 = proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t wall = team_step(&tm, step_arm);
     int64_t end = bench_now_ns();
     struct settled s = settle(&w, wtid, 0);
-    team_stop(&tm);
+    bench_team_stop(&tm);
     peer->destroy(t);
     free(delays);
-    put_params(c);
-    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f", per(wall, w.n),
-        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6);
+    bench_put_params(peer->name, c);
+    bench_put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f", per(wall, w.n),
+              per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6);
 }
 
 /* cancel (other threads cancel, interleaved) and cancel_own (each thread
@@ -690,25 +381,25 @@ static void cancel_common(const struct bench_config *c, int own)
     w.delays = delays;
     pid_t wtid = worker_tid();
 
-    struct team tm;
+    struct bench_team tm;
     team_start(&tm, &w);
     team_step(&tm, step_arm);
     if (!own) {
-        team_stop(&tm);
+        bench_team_stop(&tm);
         team_start(&tm, &w);
     }
-    sleep_ns(c->wait_ms * MS_NS);
-    int64_t cpu0 = proc_cpu_ns();
+    bench_sleep_ns(c->wait_ms * MS_NS);
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t wall = team_step(&tm, step_cancel);
     int64_t end = bench_now_ns();
     struct settled s = settle(&w, wtid, 0);
-    team_stop(&tm);
+    bench_team_stop(&tm);
     uint64_t cancelled = atomic_load(&w.ok);
     peer->destroy(t);
     free(delays);
-    put_params(c);
-    put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f cancelled=%" PRIu64, per(wall, w.n),
-        per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, cancelled);
+    bench_put_params(peer->name, c);
+    bench_put(" ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f cancelled=%" PRIu64, per(wall, w.n),
+              per(s.cpu_ns - cpu0, w.n), (double)(s.at_ns - end) / 1e6, cancelled);
 }
 
 static void w_cancel(const struct bench_config *c)
@@ -729,7 +420,7 @@ static void w_churn(const struct bench_config *c)
     size_t slots = w.threads * (size_t)c->ring;
     peer->slots(t, slots, BENCH_NOOP);
     pid_t wtid = worker_tid();
-    int64_t cpu0 = proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t wall = run_phase(&w, step_churn);
     int64_t end = bench_now_ns();
     struct settled s = settle(&w, wtid, 0);
@@ -737,10 +428,10 @@ static void w_churn(const struct bench_config *c)
     size_t pairs = (w.n / w.threads) * w.threads;
     /* Every re-arm after a slot's first replaces a pending 30 s timeout. */
     size_t cancelled = pairs > slots ? pairs - slots : 0;
-    put_params(c);
-    put(" ring=%ld ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f pairs=%zu cancelled=%zu",
-        c->ring, per(wall, pairs), per(s.cpu_ns - cpu0, pairs), (double)(s.at_ns - end) / 1e6,
-        pairs, cancelled);
+    bench_put_params(peer->name, c);
+    bench_put(" ring=%ld ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f pairs=%zu cancelled=%zu",
+              c->ring, per(wall, pairs), per(s.cpu_ns - cpu0, pairs), (double)(s.at_ns - end) / 1e6,
+              pairs, cancelled);
 }
 
 /* touch / touch_early (step_touch): calls = (n / P) * P. After the phase,
@@ -776,40 +467,14 @@ static void touch_common(const struct bench_config *c, int early_mode)
     pid_t wtid = worker_tid();
     settle(&w, wtid, 0);
 
-    int64_t cpu0 = proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t wall = run_phase(&w, step_touch);
     int64_t end = bench_now_ns();
 
-    size_t due10 = 0;
-    int64_t last_due = 0;
-    for (size_t i = 0; i < slots; i++) {
-        size_t s = i % ring;
-        if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS) {
-            due10++;
-            int64_t lb = atomic_load(&touch.lb[i]);
-            last_due = lb > last_due ? lb : last_due;
-        }
-    }
-    int64_t self0 = self_cpu_ns(); /* this wait is the measurement's: not counted */
-    int64_t deadline = last_due + 10 * S_NS;
-    for (;;) {
-        size_t missing = 0;
-        for (size_t i = 0; i < slots; i++) {
-            size_t s = i % ring;
-            if (iters > s && touch_delay((iters - 1 - s) / ring, s) < 30 * S_NS &&
-                atomic_load_explicit(&touch.ran_at[i], memory_order_acquire) <
-                    atomic_load(&touch.lb[i]) - 10 * MS_NS)
-                missing++;
-        }
-        if (missing == 0)
-            break;
-        if (bench_now_ns() > deadline)
-            bench_die("%s: %zu of %zu timeouts left at 10 ms did not run within 10 s of their "
-                      "deadline",
-                      c->workload, missing, due10);
-        sleep_ns(MS_NS);
-    }
-    cpu0 += self_cpu_ns() - self0;
+    /* Slack 10 ms: a slot counts once it ran since its last pass began,
+     * early or not (early runs are reported, not waited out). */
+    size_t due10 = bench_touch_wait_10ms(c->workload, early_mode, iters, ring, slots, touch.lb,
+                                         touch.ran_at, 10 * MS_NS, &cpu0);
     struct settled st = settle(&w, wtid, 0);
     peer->destroy(t);
     uint64_t ran = 0;
@@ -821,11 +486,11 @@ static void touch_common(const struct bench_config *c, int early_mode)
     free((void *)touch.ran_at);
     free((void *)touch.runs);
     touch.lb = NULL;
-    put_params(c);
-    put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
-        " left_at_10ms=%zu early=%" PRIu64 " replaced=%" PRIu64,
-        ring, per(wall, calls), per(st.cpu_ns - cpu0, calls), (double)(st.at_ns - end) / 1e6, calls,
-        ran, due10, early, atomic_load(&w.ok));
+    bench_put_params(peer->name, c);
+    bench_put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
+              " left_at_10ms=%zu early=%" PRIu64 " replaced=%" PRIu64,
+              ring, per(wall, calls), per(st.cpu_ns - cpu0, calls), (double)(st.at_ns - end) / 1e6,
+              calls, ran, due10, early, atomic_load(&w.ok));
     if (early > 0) /* the peer's own behaviour: reported (compare-peers marks it), as in expire */
         fprintf(stderr, "%s: %s: %" PRIu64 " timeouts ran before their deadline\n", peer->name,
                 c->workload, early);
@@ -841,17 +506,6 @@ static void w_touch_early(const struct bench_config *c)
     touch_common(c, 1);
 }
 
-static void write_dump(const char *path, const int64_t *sorted, size_t n)
-{
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        bench_die("cannot write %s: %s", path, strerror(errno));
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%.3f\n", (double)sorted[i] / 1e3);
-    if (fclose(f) != 0)
-        bench_die("cannot write %s", path);
-}
-
 /* expire and precision: n timeouts uniform in [0, span_ms); lateness =
  * run - (time scheduled + delay). */
 static void w_expire(const struct bench_config *c)
@@ -859,17 +513,17 @@ static void w_expire(const struct bench_config *c)
     void *t = peer->create(c);
     struct work w;
     init_work(&w, c, t);
-    int64_t *delays = uniform_delays(w.n, 0, c->span_ms * MS_NS, c->seed);
+    int64_t *delays = bench_uniform_delays(w.n, 0, c->span_ms * MS_NS, c->seed);
     w.delays = delays;
     w.sched_at = bench_xmalloc(w.n * sizeof *w.sched_at);
     ran_at = bench_xmalloc(w.n * sizeof *ran_at);
-    prefault(w.sched_at, w.n * sizeof *w.sched_at);
-    prefault(ran_at, w.n * sizeof *ran_at);
+    bench_prefault(w.sched_at, w.n * sizeof *w.sched_at);
+    bench_prefault(ran_at, w.n * sizeof *ran_at);
     peer->slots(t, w.n, BENCH_RECORD);
     pid_t wtid = worker_tid();
-    int64_t wcpu0 = thread_cpu_ns(wtid);
+    int64_t wcpu0 = bench_thread_cpu_ns(wtid);
 
-    int64_t cpu0 = proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns();
     int64_t t0 = bench_now_ns();
     int64_t wall = run_phase(&w, step_arm_recorded);
     struct settled s = settle(&w, wtid, w.n);
@@ -889,19 +543,21 @@ static void w_expire(const struct bench_config *c)
         sum += (double)late[i];
     }
     int64_t worst_due = w.sched_at[worst] + delays[worst] - t0;
-    qsort(late, w.n, sizeof *late, cmp_i64);
+    qsort(late, w.n, sizeof *late, bench_cmp_i64);
     if (c->dump != NULL)
-        write_dump(c->dump, late, w.n);
+        bench_write_dump(c->dump, late, w.n);
 
-    put_params(c);
-    put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
-        "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu worker_cpu_ms=%.1f "
-        "cpu_ns_per_op=%.1f",
-        c->span_ms, (double)(last - t0) / 1e6, per(wall, w.n),
-        (double)percentile(late, w.n, 50) / 1e3, (double)percentile(late, w.n, 90) / 1e3,
-        (double)percentile(late, w.n, 99) / 1e3, (double)percentile(late, w.n, 99.9) / 1e3,
-        (double)late[w.n - 1] / 1e3, (double)worst_due / 1e6, sum / (double)w.n / 1e3, early,
-        (double)(s.worker_ns - wcpu0) / 1e6, per(s.cpu_ns - cpu0, w.n));
+    bench_put_params(peer->name, c);
+    bench_put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
+              "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu worker_cpu_ms=%.1f "
+              "cpu_ns_per_op=%.1f",
+              c->span_ms, (double)(last - t0) / 1e6, per(wall, w.n),
+              (double)bench_percentile(late, w.n, 50) / 1e3,
+              (double)bench_percentile(late, w.n, 90) / 1e3,
+              (double)bench_percentile(late, w.n, 99) / 1e3,
+              (double)bench_percentile(late, w.n, 99.9) / 1e3, (double)late[w.n - 1] / 1e3,
+              (double)worst_due / 1e6, sum / (double)w.n / 1e3, early,
+              (double)(s.worker_ns - wcpu0) / 1e6, per(s.cpu_ns - cpu0, w.n));
     free(late);
     free(ran_at);
     ran_at = NULL;
@@ -916,16 +572,16 @@ static void w_memory(const struct bench_config *c)
     void *t = peer->create(c);
     struct work w;
     init_work(&w, c, t);
-    int64_t *delays = uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
+    int64_t *delays = bench_uniform_delays(w.n, 10 * S_NS, 70 * S_NS, c->seed);
     w.delays = delays;
-    sleep_ns(50 * MS_NS);
+    bench_sleep_ns(50 * MS_NS);
     struct kmem k0, k1;
-    int64_t rss0 = rss_bytes();
+    int64_t rss0 = bench_rss_bytes();
     kernel_memory(&k0);
     peer->slots(t, w.n, BENCH_NOOP);
     run_phase(&w, step_arm);
-    sleep_ns(c->settle_ms * MS_NS);
-    int64_t rss1 = rss_bytes();
+    bench_sleep_ns(c->settle_ms * MS_NS);
+    int64_t rss1 = bench_rss_bytes();
     kernel_memory(&k1);
     peer->destroy(t);
     free(delays);
@@ -934,12 +590,12 @@ static void w_memory(const struct bench_config *c)
     double slab = (double)(k1.slab_kb - k0.slab_kb) * 1024 / n;
     double unrecl = (double)(k1.sunreclaim_kb - k0.sunreclaim_kb) * 1024 / n;
     double vmalloc = (double)(k1.vmalloc_kb - k0.vmalloc_kb) * 1024 / n;
-    put_params(c);
-    put(" settle_ms=%ld bytes_per_timeout=%.1f rss_before_kb=%" PRId64 " rss_after_kb=%" PRId64
-        " rss_bytes_per_timeout=%.1f slab_bytes_per_timeout=%.1f "
-        "sunreclaim_bytes_per_timeout=%.1f vmalloc_bytes_per_timeout=%.1f",
-        c->settle_ms, peer->kernel_memory ? rss + slab + vmalloc : rss, rss0 / 1024, rss1 / 1024,
-        rss, slab, unrecl, vmalloc);
+    bench_put_params(peer->name, c);
+    bench_put(" settle_ms=%ld bytes_per_timeout=%.1f rss_before_kb=%" PRId64
+              " rss_after_kb=%" PRId64 " rss_bytes_per_timeout=%.1f slab_bytes_per_timeout=%.1f "
+              "sunreclaim_bytes_per_timeout=%.1f vmalloc_bytes_per_timeout=%.1f",
+              c->settle_ms, peer->kernel_memory ? rss + slab + vmalloc : rss, rss0 / 1024,
+              rss1 / 1024, rss, slab, unrecl, vmalloc);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -968,6 +624,7 @@ static void usage(FILE *f, const char *prog)
 int bench_main(struct bench_peer *p, int argc, char **argv)
 {
     peer = p;
+    bench_set_name(&peer->name);
     if (argc < 2) {
         usage(stderr, argv[0]);
         return 2;
@@ -981,13 +638,13 @@ int bench_main(struct bench_peer *p, int argc, char **argv)
         if (version || strcmp(argv[1], workloads[i].name) == 0) {
             struct bench_config c;
             c.workload = version ? "version" : workloads[i].name;
-            parse_args(&c, argc, argv);
+            bench_parse_args(&c, argc, argv, peer->key);
             if (version) {
                 printf("%s %s\n", peer->name, peer->version());
                 return 0;
             }
             workloads[i].fn(&c);
-            printf("%s%s\n", line, notes);
+            printf("%s%s\n", bench_line.text, notes.text);
             fflush(stdout);
             return 0;
         }

@@ -7,8 +7,9 @@
  *   PEER WORKLOAD key=value ...
  *
  * with the keys of hwt-bench (see the top of bench/hwt-bench.c) and the same
- * splitmix64 delays, so that bench/compare-peers can put every side in one
- * table.
+ * splitmix64 delays, both from bench/common.h (which also gives the peers
+ * bench_die, bench_now_ns and bench_xmalloc), so that bench/compare-peers
+ * can put every side in one table.
  *
  * A peer keeps timer objects in slots 0 .. n-1, created in advance (before
  * anything is timed): that is how every peer here is meant to be used - a
@@ -23,6 +24,8 @@
 #ifndef HWT_BENCH_HARNESS_H
 #define HWT_BENCH_HARNESS_H
 
+#include "../common.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,14 +36,6 @@ extern "C" {
 /* The peer's worker thread names itself so (bench_worker_named); the harness
  * finds it in /proc/self/task to watch its CPU time. */
 #define BENCH_WORKER_NAME "peer-worker"
-
-struct bench_config {
-    const char *workload;
-    long n, threads, tick_us, wheel, span_ms, settle_ms, wait_ms, ring, quiet_ms;
-    double seconds;
-    uint64_t seed;
-    const char *dump;
-};
 
 /* What a slot's task does when it runs. */
 enum bench_task {
@@ -95,15 +90,6 @@ void bench_task_ran(size_t i);
 
 /* The worker thread's first call: names it BENCH_WORKER_NAME. */
 void bench_worker_named(void);
-
-/* Prints "PEER: message" on stderr and exits 1. */
-void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-/* CLOCK_MONOTONIC in nanoseconds (the clock every lateness is measured on). */
-int64_t bench_now_ns(void);
-
-/* malloc that dies on failure. */
-void *bench_xmalloc(size_t size);
 
 #ifdef __cplusplus
 }
