@@ -621,9 +621,12 @@ void hwt__pool_forget_thread(hwt_timer *timer)
         flush(&cache);
 }
 
-void hwt__pool_drop_thread_cache(void)
+void hwt__pool_after_fork_in_child(void)
 {
     memset(&cache, 0, sizeof cache);
+    /* Another thread of the parent may have held it at the fork: it is
+     * gone, and the child's first timer must still get its key. */
+    pthread_mutex_init(&cache_key_lock, NULL);
 }
 
 bool hwt__pool_bind_thread(hwt_timer *timer)

@@ -90,8 +90,9 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
 void hwt__pool_forget_thread(hwt_timer *timer);
 
 /* In a fork child: forgets the calling thread's cache without touching the
- * (inherited) timer it was bound to. */
-void hwt__pool_drop_thread_cache(void);
+ * (inherited) timer it was bound to, and resets the pool's process-wide
+ * lock (a thread that held it is gone). */
+void hwt__pool_after_fork_in_child(void);
 
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
  * frees are then cached, and given back when it exits). False when no

@@ -111,15 +111,16 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
  * forking thread is nobody's worker any more, and its cached timeouts (of
  * an inherited timer) are dropped. The handlers are registered once, by the
  * first hwt_timer_create; getpid() would be a system call per schedule. */
+static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool atfork_registered;
+
 static void after_fork_in_child(void)
 {
     atomic_fetch_add(&hwt__fork_generation, 1);
     hwt__current_worker = NULL;
-    hwt__pool_drop_thread_cache();
+    hwt__pool_after_fork_in_child();
+    pthread_mutex_init(&atfork_lock, NULL); /* a thread that held it is gone */
 }
-
-static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool atfork_registered;
 
 static int register_atfork(void)
 {
