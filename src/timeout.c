@@ -228,14 +228,19 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
             return false; /* a cancel or a stop won */
         if ((cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK))
             return true; /* taken over: the later call releases */
-        bool tell = deadline < before && !(cur & HWT_TO_MOVED);
+        bool earlier = deadline < before;
+        bool tell = earlier && !(cur & HWT_TO_MOVED); /* else its entry is still there */
         uint32_t next = (cur & ~(uint32_t)HWT_TO_BUSY) | (tell ? HWT_TO_MOVED : 0);
         if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
             if (tell) {
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
-                /* The push before the read of the worker's plan (see the
-                 * worker's moved_waiting). */
+            }
+            if (earlier) {
+                /* The worker may plan to sleep past the new deadline, with
+                 * this timeout's entry on a moved stack (ours, or one an
+                 * earlier move left): wake it. The push before the read of
+                 * its plan (see the worker's moved_waiting). */
                 atomic_thread_fence(memory_order_seq_cst);
                 maybe_wake_for(timer, deadline);
             }

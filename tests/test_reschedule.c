@@ -52,10 +52,16 @@ static void test_bad_input_changes_nothing(void **state)
     assert_int_equal(hwt_new_timeout_task(timer, &rec_task, &r, 1, HWT_HOURS, &h), 0);
     assert_false(hwt_timeout_reschedule(h, 1, (hwt_unit)99));
     assert_false(hwt_timeout_reschedule(h, 1, (hwt_unit)-1));
-    /* Every unit, the int64 extremes: accepted (saturating), pending unchanged. */
+    /* Every unit, the int64 extremes (saturating) and an hour in that unit
+     * (never due while the loop runs, however slowly): accepted, pending
+     * unchanged. */
+    static const int64_t hour_in[] = {
+        [HWT_NANOSECONDS] = INT64_C(3600000000000), [HWT_MICROSECONDS] = INT64_C(3600000000),
+        [HWT_MILLISECONDS] = 3600000, [HWT_SECONDS] = 3600, [HWT_MINUTES] = 60,
+        [HWT_HOURS] = 1, [HWT_DAYS] = 1};
     for (int u = HWT_NANOSECONDS; u <= HWT_DAYS; u++) {
         assert_true(hwt_timeout_reschedule(h, INT64_MAX, (hwt_unit)u));
-        assert_true(hwt_timeout_reschedule(h, 1, (hwt_unit)u));
+        assert_true(hwt_timeout_reschedule(h, hour_in[u], (hwt_unit)u));
         assert_true(hwt_timeout_reschedule(h, 3, HWT_HOURS));
     }
     assert_int_equal(hwt_pending_timeouts(timer), 1);

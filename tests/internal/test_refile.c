@@ -42,11 +42,46 @@ static void test_a_million_moves_later_are_filed_again_a_few_times(void **state)
     hwtt_destroy(timer);
 }
 
+static void count_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* A second move earlier, while the first one's entry is still on its moved
+ * stack (the worker not woken for it: the first deadline was no earlier
+ * than its planned wake-up), must still wake the worker for the second. */
+static void test_a_second_move_earlier_wakes_the_worker(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(100, HWT_MILLISECONDS, 512));
+    atomic_int ran = 0;
+    hwt_timeout *h;
+    int64_t scheduled = hwtt_now_ns(); /* the deadline is at least this + 10 s */
+    assert_int_equal(hwt_new_timeout(timer, count_run, &ran, 10000, HWT_MILLISECONDS, &h), 0);
+    /* In the wheel, the worker asleep until its tick (~10 s away). */
+    assert_true(hwtt_wait_until(atomic_load(&timer->transferred) >= 1, hwtt_slack_ms(2000)));
+    hwtt_sleep_ms(250);
+    /* 2 ms earlier: the same 100 ms tick (but 1 time in 50), no wake-up
+     * needed; the timeout waits on a moved stack for the worker's next pass. */
+    int64_t two_ms_earlier = scheduled + INT64_C(9998) * 1000000 - hwtt_now_ns();
+    assert_true(hwt_timeout_reschedule(h, two_ms_earlier, HWT_NANOSECONDS));
+    int64_t t0 = hwtt_now_ns();
+    assert_true(hwt_timeout_reschedule(h, 50, HWT_MILLISECONDS));
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(1000)));
+    assert_true(hwtt_now_ns() - t0 >= 50 * INT64_C(1000000));
+    hwt_timeout_release(h);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
+    hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_a_million_moves_later_are_filed_again_a_few_times,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_second_move_earlier_wakes_the_worker,
                                   hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
