@@ -158,12 +158,12 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
 
 bool hwt_timeout_cancel(hwt_timeout *timeout)
 {
-    if (timeout == NULL || hwt__inherited(hwt__timer_of(timeout)))
-        return false;
-    uint32_t now;
-    if (!hwt__timeout_leave_init(timeout, HWT_TO_CANCELLED, &now))
+    if (timeout == NULL)
         return false;
     hwt_timer *timer = hwt__timer_of(timeout);
+    uint32_t now;
+    if (hwt__inherited(timer) || !hwt__timeout_leave_init(timeout, HWT_TO_CANCELLED, &now))
+        return false;
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     hwt__pending_sub(timer, 1);
     hwt__stripe_add(&stripe->cancelled, 1);
@@ -311,12 +311,13 @@ void hwt_timeout_run(hwt_timeout *timeout)
 {
     if (timeout == NULL)
         return;
-    if (hwt__inherited(hwt__timer_of(timeout))) /* the parent's executor runs it */
+    hwt_timer *timer = hwt__timer_of(timeout);
+    if (hwt__inherited(timer)) /* the parent's executor runs it */
         return;
     uint32_t prev = atomic_fetch_and(&timeout->state, ~(uint32_t)HWT_TO_EXEC_ARMED);
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
-    hwt__record_lateness(hwt__timer_of(timeout), timeout);
+    hwt__record_lateness(timer, timeout);
     hwt__task_run(timeout, prev)(timeout, timeout->arg);
     hwt__timeout_unref(timeout);
 }
