@@ -60,6 +60,8 @@ void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment)
         munmap(raw, (size_t)(p - raw));
     if (p + size < raw + span)
         munmap(p + size, (size_t)(raw + span - (p + size)));
+    if (alignment >= HWT_OS_LARGE_PAGE_BYTES)
+        hwt__os_prefer_large_pages(p, size);
     /* The pool hands out every page of a region soon: fault them in with one
      * call instead of a trap per 4 KiB page, which costs several us in some
      * VMs - most of a schedule's cost there.

@@ -29,7 +29,9 @@ void hwt__free(void *p);
 
 /* Page-backed memory aligned to `alignment` (a power of two >= the page
  * size), its pages already faulted in where the kernel can (Linux 5.14+).
- * Release with hwt__unmap(p, size). */
+ * Memory aligned to a large page (HWT_OS_LARGE_PAGE_BYTES, os.h) is backed
+ * by large pages where the system has them. Release with hwt__unmap(p,
+ * size). */
 void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment);
 void hwt__unmap(void *p, size_t size);
 

@@ -47,6 +47,17 @@ void hwt__os_precise_sleeps(void);
 
 /* --------------------------------------------------------- memory */
 
+/* The size of the pages that back a whole-page-aligned mapping in one TLB
+ * entry where the system has them (Linux's transparent huge pages: 2 MiB on
+ * x86-64, and on arm64 with 4 KiB pages). */
+#define HWT_OS_LARGE_PAGE_BYTES (UINT64_C(2) << 20)
+
+/* Asks that [p, p + size), a fresh private anonymous mapping aligned to
+ * HWT_OS_LARGE_PAGE_BYTES, be backed by large pages. Before its pages are
+ * faulted in. Best effort: where the system has none, or its administrator
+ * turned them off, the mapping keeps small pages. */
+void hwt__os_prefer_large_pages(void *p, size_t size);
+
 /* Faults in the pages of [p, p + size), a fresh private anonymous mapping,
  * for writing, in one call where the system can. Best effort: otherwise
  * each page faults on its first write, as it would anyway. */

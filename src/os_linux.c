@@ -73,6 +73,13 @@ void hwt__os_precise_sleeps(void)
 
 /* --------------------------------------------------------- memory */
 
+void hwt__os_prefer_large_pages(void *p, size_t size)
+{
+    /* With transparent_hugepage "never": EINVAL, and small pages. With
+     * "always" the kernel would do it anyway. */
+    madvise(p, size, MADV_HUGEPAGE);
+}
+
 void hwt__os_populate(void *p, size_t size)
 {
     /* Before 5.14: EINVAL, and pages fault on first touch. */

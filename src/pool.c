@@ -430,7 +430,14 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
     size_t bytes = c->region_bytes == 0                         ? HWT_TIMEOUT_CHUNK_BYTES
                    : c->region_bytes * 2 > HWT_MAX_REGION_BYTES ? HWT_MAX_REGION_BYTES
                                                                 : c->region_bytes * 2;
-    char *base = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, HWT_TIMEOUT_CHUNK_BYTES);
+    /* A full-size region is aligned to its size, so that it can be one large
+     * page (alloc.c): one TLB entry instead of 512. Timeouts are reused in
+     * the order they were freed, from all over the pool, and the worker
+     * walks them in the order they were queued: with a million pending, TLB
+     * misses on small pages were most of what a schedule or a churn pair
+     * cost (bench/README.md, "Large pages"). */
+    size_t align = bytes == HWT_MAX_REGION_BYTES ? bytes : HWT_TIMEOUT_CHUNK_BYTES;
+    char *base = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, align);
     if (base == NULL)
         return false;
     struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);

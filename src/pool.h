@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "hwtimer.h"
+#include "os.h"
 
 #define HWT_TIMEOUT_CHUNK_BYTES 16384 /* also the alignment */
 /* As many timeouts as fit beside the header, which takes the rest: a
@@ -27,7 +28,9 @@
     ((HWT_TIMEOUT_CHUNK_BYTES - sizeof(struct hwt__timeout_chunk)) / sizeof(hwt_timeout))
 #define HWT_CHUNK_HEADER_BYTES                                                                     \
     (HWT_TIMEOUT_CHUNK_BYTES - HWT_TIMEOUTS_PER_CHUNK * sizeof(hwt_timeout))
-#define HWT_MAX_REGION_BYTES (UINT64_C(2) << 20) /* chunks come in regions of up to this */
+/* Chunks come in regions of up to this; a region of this size is aligned to
+ * it, so that it can be one large page (see grow in pool.c). */
+#define HWT_MAX_REGION_BYTES HWT_OS_LARGE_PAGE_BYTES
 
 struct hwt__region; /* pool.c */
 
