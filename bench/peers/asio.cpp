@@ -12,6 +12,17 @@
  * handler still runs, on the io_context's thread, with operation_aborted:
  * that is the work a cancel leaves to the worker, and settled() waits for
  * every one of them.
+ *
+ * A wait that has completed but whose handler has not run yet cannot be
+ * cancelled: expires_after returns 0 and the handler still runs, with
+ * success, after the re-arm. An Asio server tells such a stale completion
+ * from its timer's current wait in the handler (Asio's own timeout examples
+ * compare the timer's expiry with now; with other threads re-arming, a
+ * generation is what can be read safely): each wait's handler carries its
+ * slot's arm count, and a handler whose count is no longer the slot's is
+ * not counted as a run. Without that, touch_early counted those runs as
+ * early (a bound from two re-arms later), which is the harness's mistake,
+ * not Asio's.
  */
 #include "harness.h"
 
@@ -22,6 +33,7 @@
 #include <boost/asio/version.hpp>
 #include <boost/version.hpp>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -36,6 +48,7 @@ struct timer {
     asio::executor_work_guard<asio::io_context::executor_type> guard{ioc.get_executor()};
     asio::steady_timer hour{ioc};
     std::vector<asio::steady_timer> timers;
+    std::unique_ptr<std::atomic<uint32_t>[]> arms; /* per slot: waits started */
     bench_task task = BENCH_NOOP;
     std::atomic<uint64_t> aborted{0}; /* written by the io_context's thread only */
     std::thread worker;
@@ -46,15 +59,26 @@ struct timer {
 struct handler {
     timer *t;
     size_t i;
+    uint32_t arm; /* the slot's arm count when this wait started */
     void operator()(const boost::system::error_code &ec) const
     {
         if (ec)
             t->aborted.store(t->aborted.load(std::memory_order_relaxed) + 1,
                              std::memory_order_release);
-        else if (t->task == BENCH_RECORD)
+        else if (t->task == BENCH_RECORD &&
+                 t->arms[i].load(std::memory_order_acquire) == arm) /* not stale */
             bench_task_ran(i);
     }
 };
+
+/* Starts slot i's wait, its handler tagged with the slot's new arm count
+ * (the producer that owns the slot is its only writer). */
+void start_wait(timer *t, size_t i)
+{
+    uint32_t arm = t->arms[i].load(std::memory_order_relaxed) + 1;
+    t->arms[i].store(arm, std::memory_order_release);
+    t->timers[i].async_wait(handler{t, i, arm});
+}
 
 void hour_done(const boost::system::error_code &)
 {
@@ -77,6 +101,7 @@ void as_slots(void *p, size_t n, bench_task task)
     timer *t = static_cast<timer *>(p);
     t->task = task;
     t->timers.reserve(n);
+    t->arms.reset(new std::atomic<uint32_t>[n]());
     for (size_t i = 0; i < n; i++)
         t->timers.emplace_back(t->ioc);
 }
@@ -86,7 +111,7 @@ void as_arm(void *p, size_t i, int64_t delay_ns)
     timer *t = static_cast<timer *>(p);
     asio::steady_timer &tm = t->timers[i];
     tm.expires_after(std::chrono::nanoseconds(delay_ns));
-    tm.async_wait(handler{t, i});
+    start_wait(t, i);
 }
 
 int as_cancel(void *p, size_t i)
@@ -100,7 +125,7 @@ int as_rearm(void *p, size_t i, int64_t delay_ns)
     timer *t = static_cast<timer *>(p);
     asio::steady_timer &tm = t->timers[i];
     size_t cancelled = tm.expires_after(std::chrono::nanoseconds(delay_ns));
-    tm.async_wait(handler{t, i});
+    start_wait(t, i);
     return cancelled > 0;
 }
 
