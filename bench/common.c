@@ -108,6 +108,44 @@ void bench_write_dump(const char *path, const int64_t *sorted, size_t n)
         bench_die("cannot write %s", path);
 }
 
+void bench_lateness(struct bench_lateness *l, size_t n, const int64_t *ran_at,
+                    const int64_t *sched_at, const int64_t *delays, int64_t t0, const char *dump)
+{
+    int64_t *late = bench_xmalloc((n ? n : 1) * sizeof *late);
+    int64_t last = INT64_MIN;
+    size_t early = 0, worst = 0;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ran_at[i] > last)
+            last = ran_at[i];
+        late[i] = ran_at[i] - (sched_at[i] + delays[i]);
+        early += late[i] < 0;
+        if (late[i] > late[worst])
+            worst = i;
+        sum += (double)late[i];
+    }
+    /* When the worst one was due, from the first schedule: in the burst of
+     * scheduling (CPU share) or later (a stall). */
+    int64_t worst_due = n ? sched_at[worst] + delays[worst] - t0 : 0;
+    qsort(late, n, sizeof *late, bench_cmp_i64);
+    if (dump != NULL)
+        bench_write_dump(dump, late, n);
+    *l = (struct bench_lateness){late, n, last, worst_due, n ? sum / (double)n : 0, early};
+}
+
+void bench_put_lateness(const struct bench_lateness *l)
+{
+    size_t n = l->n;
+    bench_put(" p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f",
+              (double)bench_percentile(l->sorted, n, 50) / 1e3,
+              (double)bench_percentile(l->sorted, n, 90) / 1e3,
+              (double)bench_percentile(l->sorted, n, 99) / 1e3,
+              (double)bench_percentile(l->sorted, n, 99.9) / 1e3,
+              n ? (double)l->sorted[n - 1] / 1e3 : 0.0);
+    bench_put(" max_due_ms=%.1f mean_us=%.1f early=%zu", (double)l->worst_due / 1e6,
+              l->mean / 1e3, l->early);
+}
+
 /* -------------------------------------------------------- configuration */
 
 static long parse_long(const char *key, const char *v, long min)

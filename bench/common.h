@@ -74,6 +74,26 @@ int64_t bench_percentile(const int64_t *sorted, size_t n, double p);
  * (dump=, for bench/plot.gnuplot). */
 void bench_write_dump(const char *path, const int64_t *sorted, size_t n);
 
+/* The expire and precision workloads' lateness, every side alike: timeout i
+ * was scheduled at sched_at[i] with delays[i] and ran at ran_at[i] (ns; t0:
+ * the phase's start). */
+struct bench_lateness {
+    int64_t *sorted;   /* run - (scheduled + delay), ascending; free() it */
+    size_t n;
+    int64_t last_run;  /* the last run, ns */
+    int64_t worst_due; /* when the latest one was due, ns after t0 */
+    double mean;       /* ns */
+    size_t early;      /* ran before its deadline */
+};
+
+/* Computes it, and writes the sorted values to `dump` if it is not NULL. */
+void bench_lateness(struct bench_lateness *l, size_t n, const int64_t *ran_at,
+                    const int64_t *sched_at, const int64_t *delays, int64_t t0, const char *dump);
+
+/* Appends p50_us, p90_us, p99_us, p999_us, max_us, max_due_ms, mean_us and
+ * early to the result line. */
+void bench_put_lateness(const struct bench_lateness *l);
+
 /* -------------------------------------------------------- configuration */
 
 struct bench_config {

@@ -743,41 +743,19 @@ static void w_expire(const struct bench_config *c)
     hwt_timer_stats(timer, &st);
     hwt_timer_destroy(timer);
 
-    int64_t last = INT64_MIN;
-    size_t early = 0;
-    int64_t *late = bench_xmalloc(ph.n * sizeof *late);
-    double sum = 0;
-    size_t worst = 0;
-    for (size_t i = 0; i < ph.n; i++) {
-        if (ran_at[i] > last)
-            last = ran_at[i];
-        late[i] = ran_at[i] - (ph.sched_at[i] + delays[i]);
-        early += late[i] < 0;
-        if (late[i] > late[worst])
-            worst = i;
-        sum += (double)late[i];
-    }
-    /* When the worst one was due, from the first schedule: in the burst of
-     * scheduling (CPU share) or later (a stall). */
-    int64_t worst_due = ph.sched_at[worst] + delays[worst] - t0;
-    qsort(late, ph.n, sizeof *late, bench_cmp_i64);
-    if (c->dump != NULL)
-        bench_write_dump(c->dump, late, ph.n);
+    struct bench_lateness l;
+    bench_lateness(&l, ph.n, ran_at, ph.sched_at, delays, t0, c->dump);
 
     bench_put_params("hwtimer", c);
-    bench_put(
-        " span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
-        "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu stats_late_max_us=%.1f "
-        "wakeups=%" PRIu64 " worker_cpu_ms=%.1f worker_ivcsw=%lld cpu_ns_per_op=%.1f",
-        c->span_ms, (double)(last - t0) / 1e6, (double)wall / (double)ph.n,
-        (double)bench_percentile(late, ph.n, 50) / 1e3,
-        (double)bench_percentile(late, ph.n, 90) / 1e3,
-        (double)bench_percentile(late, ph.n, 99) / 1e3,
-        (double)bench_percentile(late, ph.n, 99.9) / 1e3, (double)late[ph.n - 1] / 1e3,
-        (double)worst_due / 1e6, sum / (double)ph.n / 1e3, early, (double)st.late_max_ns / 1e3,
-        st.wakeups, cpu0 >= 0 && cpu1 >= 0 ? (double)(cpu1 - cpu0) / 1e6 : -1.0,
-        invol0 >= 0 && invol1 >= 0 ? invol1 - invol0 : -1LL, per(done.cpu_ns - pcpu0, ph.n));
-    free(late);
+    bench_put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f", c->span_ms,
+              (double)(l.last_run - t0) / 1e6, (double)wall / (double)ph.n);
+    bench_put_lateness(&l);
+    bench_put(" stats_late_max_us=%.1f wakeups=%" PRIu64
+              " worker_cpu_ms=%.1f worker_ivcsw=%lld cpu_ns_per_op=%.1f",
+              (double)st.late_max_ns / 1e3, st.wakeups,
+              cpu0 >= 0 && cpu1 >= 0 ? (double)(cpu1 - cpu0) / 1e6 : -1.0,
+              invol0 >= 0 && invol1 >= 0 ? invol1 - invol0 : -1LL, per(done.cpu_ns - pcpu0, ph.n));
+    free(l.sorted);
     free(ran_at);
     free(ph.sched_at);
     free(delays);

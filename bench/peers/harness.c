@@ -529,36 +529,16 @@ static void w_expire(const struct bench_config *c)
     struct settled s = settle(&w, wtid, w.n);
     peer->destroy(t);
 
-    int64_t last = INT64_MIN;
-    size_t early = 0, worst = 0;
-    int64_t *late = bench_xmalloc(w.n * sizeof *late);
-    double sum = 0;
-    for (size_t i = 0; i < w.n; i++) {
-        if (ran_at[i] > last)
-            last = ran_at[i];
-        late[i] = ran_at[i] - (w.sched_at[i] + delays[i]);
-        early += late[i] < 0;
-        if (late[i] > late[worst])
-            worst = i;
-        sum += (double)late[i];
-    }
-    int64_t worst_due = w.sched_at[worst] + delays[worst] - t0;
-    qsort(late, w.n, sizeof *late, bench_cmp_i64);
-    if (c->dump != NULL)
-        bench_write_dump(c->dump, late, w.n);
+    struct bench_lateness l;
+    bench_lateness(&l, w.n, ran_at, w.sched_at, delays, t0, c->dump);
 
     bench_put_params(peer->name, c);
-    bench_put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
-              "p999_us=%.1f max_us=%.1f max_due_ms=%.1f mean_us=%.1f early=%zu worker_cpu_ms=%.1f "
-              "cpu_ns_per_op=%.1f",
-              c->span_ms, (double)(last - t0) / 1e6, per(wall, w.n),
-              (double)bench_percentile(late, w.n, 50) / 1e3,
-              (double)bench_percentile(late, w.n, 90) / 1e3,
-              (double)bench_percentile(late, w.n, 99) / 1e3,
-              (double)bench_percentile(late, w.n, 99.9) / 1e3, (double)late[w.n - 1] / 1e3,
-              (double)worst_due / 1e6, sum / (double)w.n / 1e3, early,
-              (double)(s.worker_ns - wcpu0) / 1e6, per(s.cpu_ns - cpu0, w.n));
-    free(late);
+    bench_put(" span_ms=%ld total_ms=%.1f sched_ns_per_op=%.1f", c->span_ms,
+              (double)(l.last_run - t0) / 1e6, per(wall, w.n));
+    bench_put_lateness(&l);
+    bench_put(" worker_cpu_ms=%.1f cpu_ns_per_op=%.1f", (double)(s.worker_ns - wcpu0) / 1e6,
+              per(s.cpu_ns - cpu0, w.n));
+    free(l.sorted);
     free(ran_at);
     ran_at = NULL;
     free(w.sched_at);
