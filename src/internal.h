@@ -131,9 +131,8 @@ struct hwt__stripe {
     _Atomic uint64_t started;   /* schedule calls past argument checks... */
     _Atomic uint64_t scheduled; /* ...that succeed, counted before the push: a
                                    timeout's end is never counted before it */
-    _Atomic uint64_t queued;    /* ...whose timeout is pushed */
-    _Atomic uint64_t failed;    /* ...that failed; the stop waits for started ==
-                                   queued + failed */
+    _Atomic uint64_t failed;    /* ...that failed; the stop waits until started ==
+                                   failed + what the worker took from `queue` */
     _Atomic uint64_t cancelled;
     _Atomic uint64_t rejected;
 };
@@ -152,6 +151,7 @@ struct hwt__worker {
     size_t awaiting_moved;    /* taken by the stop while on a moved stack */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;     /* the stripe transfer starts with */
+    uint64_t took[HWT_STRIPES]; /* timeouts ever taken from each stripe's queue */
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), linked by queue_link: those due soon
      * first, then the others, each part oldest first. */
@@ -272,14 +272,16 @@ static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
         atomic_fetch_sub_explicit(&timer->pending, n, memory_order_relaxed);
 }
 
-/* New timeouts queued and not yet taken by the worker (cancelled ones
- * included): a snapshot, exact only when no producer is running. */
+/* New timeouts queued, or about to be, and not yet moved by the worker
+ * (cancelled ones included): a snapshot, exact only when no producer is
+ * running. A schedule counts itself before its push, so the worker never
+ * reads fewer than it has taken. */
 static inline uint64_t hwt__queued_count(hwt_timer *timer)
 {
-    uint64_t queued = 0;
+    uint64_t scheduled = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        queued += atomic_load_explicit(&timer->stripes[i].queued, memory_order_relaxed);
-    return queued - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
+        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
+    return scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
 }
 
 /* Nanoseconds since the worker started (callers: after the start latch). */

@@ -20,6 +20,9 @@ typedef enum {
     HWT_STEP_STOP_ANSWERED,     /* a stopper has the worker's reply, before the join */
     HWT_STEP_SCHEDULE_STARTED,  /* a schedule found the timer started, before it counts itself */
     HWT_STEP_SCHEDULE_ANNOUNCED, /* a schedule counted itself, before its state check */
+    HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */
+    HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
+                                   before it reads the started ones */
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -8,7 +8,7 @@
  * of a stop). Whoever wins counts the pending total down,
  * exactly once. A schedule racing a stop is settled before the drain: the
  * stop waits for every hwt_new_timeout that saw the timer running (the
- * stripes' started/queued/failed counts).
+ * stripes' started and failed counts, and what the worker took).
  *
  * References: the caller's handle (optional) and one "in-flight" reference
  * held by the queue, then the wheel, then whoever ends the timeout (the
@@ -149,9 +149,9 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     if (out != NULL)
         *out = t;
 
+    hwt__step_reached(HWT_STEP_SCHEDULE_ADMITTED, timer);
     hwt__stack_push_upmc(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
-    hwt__stripe_add(&stripe->queued, 1);
     maybe_wake_for(timer, deadline);
     return 0;
 }

@@ -260,14 +260,16 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
  * already cancelled on the way: each is touched once, not twice (where
  * timeouts are cancelled soon after they are scheduled, most are), and adds
  * their number to *dropped.
- * Sets stripe i's taken_min, taken_soon and taken_later_min. */
+ * Sets stripe i's taken_min, taken_soon and taken_later_min, and counts
+ * the stack in its `took`. */
 static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_entry_t *newest_first,
                                       int64_t soon_before, size_t *dropped)
 {
     ck_stack_entry_t *soon = NULL, *soon_last = NULL, *later = NULL;
     int64_t soon_min = INT64_MAX, later_min = INT64_MAX;
     size_t soon_count = 0;
-    while (newest_first != NULL) {
+    uint64_t count = 0;
+    for (; newest_first != NULL; count++) {
         ck_stack_entry_t *next = newest_first->next;
         hwt_timeout *t = hwt__timeout_of_queue_link(newest_first);
         if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
@@ -289,6 +291,7 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
         }
         newest_first = next;
     }
+    timer->worker.took[i] += count;
     timer->worker.taken_soon[i] = soon_count;
     timer->worker.taken_min[i] = soon_count > 0 ? soon_min : later_min;
     timer->worker.taken_later_min[i] = later_min;
@@ -528,9 +531,7 @@ static void run_loop(hwt_timer *timer)
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;
         /* What came in since: read after the plan is published (see the top
-         * of this file), the moved stacks first (moved_waiting's fence). A
-         * queue count read signed: it is -1 for a moment when we moved a
-         * timeout before its producer counted it queued. */
+         * of this file), the moved stacks first (moved_waiting's fence). */
         struct hwt__recheck now_seen;
         now_seen.moved_waiting = moved_waiting(timer);
         now_seen.cancels_waiting = cancels_waiting(timer);
@@ -568,16 +569,30 @@ static void take_node_for_stop(void *ctx, struct hwt__wheel_node *node)
     take_for_stop(ctx, hwt__timeout_of_node(node));
 }
 
-/* Waits until every schedule call that saw the timer running has queued its
- * timeout (or failed): after SHUTDOWN no other can start. */
-static void wait_for_producers(hwt_timer *timer)
+/* Takes for the stop every timeout queued on the stripes, until every
+ * schedule call that saw the timer running has had its timeout taken or
+ * failed: after SHUTDOWN no other can start, and those that start fail.
+ * A stripe's failed count is read before its started count: a call counts
+ * itself started before failed, so every call counted in `failed`, and
+ * every one whose timeout was taken, is then counted in `started` too, and
+ * the two sides balance only when no call is left out. (Read the other way,
+ * a call that starts and fails between the two reads would balance one
+ * still on its way to the push.) */
+static void take_queues_for_stop(hwt_timer *timer)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         struct hwt__stripe *s = &timer->stripes[i];
-        while (atomic_load(&s->started) !=
-               atomic_load_explicit(&s->queued, memory_order_acquire) +
-                   atomic_load_explicit(&s->failed, memory_order_acquire))
+        for (;;) {
+            uint64_t failed = atomic_load_explicit(&s->failed, memory_order_acquire);
+            hwt_timeout *t;
+            size_t dropped = 0;
+            while ((t = take_queued(timer, i, NULL, &dropped)) != NULL)
+                take_for_stop(timer, t);
+            hwt__step_reached(HWT_STEP_STOP_COUNTING, timer);
+            if (atomic_load(&s->started) == failed + timer->worker.took[i])
+                break;
             sched_yield();
+        }
     }
 }
 
@@ -611,17 +626,13 @@ static void drain_wheel(hwt_timer *timer)
  * expired any more, and every cancelled callback owed has been called. */
 static void final_drain(hwt_timer *timer)
 {
-    wait_for_producers(timer);
     process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
-    /* At most what the wheel and the queues hold. */
+    /* About what the wheel and the queues hold (schedules still on their
+     * way to the push included). */
     hwt__stopset_reserve(&timer->worker.stopped_set,
                          timer->worker.wheel.count + (size_t)hwt__queued_count(timer));
     drain_wheel(timer);
-    hwt_timeout *t;
-    size_t dropped = 0;
-    for (unsigned i = 0; i < HWT_STRIPES; i++)
-        while ((t = take_queued(timer, i, NULL, &dropped)) != NULL)
-            take_for_stop(timer, t);
+    take_queues_for_stop(timer);
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */
     process_cancels(timer);

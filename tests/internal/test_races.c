@@ -25,14 +25,18 @@
  * (reached) until the test opens it. */
 struct gate {
     atomic_bool armed, reached, open;
-    _Atomic(void *) timer; /* only this timer's step */
+    _Atomic(void *) timer;    /* only this timer's step */
+    _Atomic unsigned arrivals; /* at the step since it was armed, paused or not */
 };
 static struct gate gates[HWT_STEP_COUNT];
 
 static void step_hook(hwt__step step, void *timer)
 {
     struct gate *g = &gates[step];
-    if (atomic_load(&g->timer) != timer || !atomic_exchange(&g->armed, false))
+    if (atomic_load(&g->timer) != timer)
+        return;
+    atomic_fetch_add(&g->arrivals, 1);
+    if (!atomic_exchange(&g->armed, false))
         return;
     atomic_store(&g->reached, true);
     int64_t deadline = hwtt_now_ns() + INT64_C(30) * 1000000000;
@@ -45,6 +49,7 @@ static void arm(hwt__step step, hwt_timer *timer)
     struct gate *g = &gates[step];
     atomic_store(&g->reached, false);
     atomic_store(&g->open, false);
+    atomic_store(&g->arrivals, 0);
     atomic_store(&g->timer, timer);
     atomic_store(&g->armed, true);
 }
@@ -84,6 +89,7 @@ struct call {
     pthread_t thread;
     hwt_timer *timer;
     int op;
+    bool on_stripe_0; /* the calling thread uses stripe 0, whatever it was dealt */
     hwtt_rec *rec;
     atomic_bool done;
     int rc;
@@ -94,6 +100,8 @@ struct call {
 static void *call_main(void *p)
 {
     struct call *c = p;
+    if (c->on_stripe_0)
+        hwt__stripe_of_thread = 0;
     switch (c->op) {
     case OP_START: c->rc = hwt_timer_start(c->timer); break;
     case OP_SCHEDULE:
@@ -107,13 +115,19 @@ static void *call_main(void *p)
     return NULL;
 }
 
-static void begin(struct call *c, hwt_timer *timer, int op, hwtt_rec *rec)
+static void begin_on(struct call *c, hwt_timer *timer, int op, hwtt_rec *rec, bool on_stripe_0)
 {
     memset(c, 0, sizeof *c);
     c->timer = timer;
     c->op = op;
     c->rec = rec;
+    c->on_stripe_0 = on_stripe_0;
     assert_int_equal(pthread_create(&c->thread, NULL, call_main, c), 0);
+}
+
+static void begin(struct call *c, hwt_timer *timer, int op, hwtt_rec *rec)
+{
+    begin_on(c, timer, op, rec, false);
 }
 
 /* Joins a call that must complete (a hang fails here, not in CI). */
@@ -302,6 +316,56 @@ static void test_stop_waits_for_an_announced_schedule(void **state)
     }
     hwt_timeouts_release(stop.list, stop.count);
     assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    hwtt_destroy(timer);
+}
+
+/* Two schedules on one stripe while a stop drains it: A saw the timer
+ * running and has not queued its timeout; B found the timer started, then
+ * counts itself and fails (it sees SHUTDOWN) while the worker counts the
+ * stripe. Were B's failure counted and its start not, the counts would
+ * balance with A still out: the stop would return without A's timeout,
+ * which would then never end. The worker must come round again (the
+ * step's arrivals) and not finish the drain until A has queued. */
+static void test_a_schedule_failing_during_the_count_hides_no_other(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwtt_rec rec_a = {0}, rec_b = {0};
+    struct call a, b, stop;
+    arm(HWT_STEP_SCHEDULE_ADMITTED, timer);
+    begin_on(&a, timer, OP_SCHEDULE, &rec_a, true);
+    expect_reached(HWT_STEP_SCHEDULE_ADMITTED);
+    arm(HWT_STEP_SCHEDULE_STARTED, timer);
+    begin_on(&b, timer, OP_SCHEDULE, &rec_b, true);
+    expect_reached(HWT_STEP_SCHEDULE_STARTED);
+    arm(HWT_STEP_STOP_COUNTING, timer); /* stripe 0 is counted first */
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    expect_reached(HWT_STEP_STOP_COUNTING);
+    open_gate(HWT_STEP_SCHEDULE_STARTED);
+    finish(&b);
+    assert_int_equal(b.rc, HWT_ESTOPPED);
+    arm(HWT_STEP_WORKER_DRAINED, timer);
+    open_gate(HWT_STEP_STOP_COUNTING);
+    /* Stripe 0 counted again, or (the fault) the other 15 stripes and the
+     * end of the drain. */
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_STOP_COUNTING].arrivals) >= 20 ||
+                                    atomic_load(&gates[HWT_STEP_WORKER_DRAINED].reached),
+                                hwtt_slack_ms(5000)));
+    if (atomic_load(&gates[HWT_STEP_WORKER_DRAINED].reached))
+        fail_msg("the drain ended while a schedule that saw the timer running was still out");
+    open_gate(HWT_STEP_SCHEDULE_ADMITTED);
+    finish(&a);
+    assert_int_equal(a.rc, 0);
+    expect_reached(HWT_STEP_WORKER_DRAINED);
+    open_gate(HWT_STEP_WORKER_DRAINED);
+    finish(&stop);
+    assert_int_equal(stop.rc, 0);
+    assert_int_equal(stop.count, 1);
+    assert_ptr_equal(hwt_timeout_arg(stop.list[0]), &rec_a);
+    hwt_timeouts_release(stop.list, stop.count);
+    assert_int_equal(atomic_load(&rec_a.ran) + atomic_load(&rec_a.cb), 0);
     assert_int_equal(hwt_pending_timeouts(timer), 0);
     hwtt_destroy(timer);
 }
@@ -558,6 +622,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_schedule_failing_during_the_count_hides_no_other,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_in_start_latch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_in_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_callbacks_run_on_the_worker,
