@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +43,14 @@
 static struct bench_peer *peer;
 
 /* touch and touch_early (see step_touch): per slot, the lower bounds of its
- * last two deadlines, when its task last ran and how many times. */
+ * last two deadlines, when its task last ran and how many times, and a
+ * sequence number its thread makes odd while it writes the bounds and even
+ * again after (bench_task_seq). */
 static struct {
     int early_mode;
     size_t ring;
     _Atomic int64_t *lb, *lb_prev, *ran_at;
-    _Atomic uint32_t *runs;
+    _Atomic uint32_t *runs, *seq;
     _Atomic uint64_t early;
 } touch;
 
@@ -207,10 +210,14 @@ static int64_t touch_delay(size_t pass, size_t s)
 
 static void touch_bound(size_t i, int64_t lb)
 {
+    uint32_t seq = atomic_load_explicit(&touch.seq[i], memory_order_relaxed);
+    atomic_store_explicit(&touch.seq[i], seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&touch.lb_prev[i],
                           atomic_load_explicit(&touch.lb[i], memory_order_relaxed),
                           memory_order_release);
     atomic_store_explicit(&touch.lb[i], lb, memory_order_release);
+    atomic_store_explicit(&touch.seq[i], seq + 2, memory_order_release);
 }
 
 static void step_touch(struct work *w, size_t self)
@@ -242,13 +249,18 @@ static void step_touch(struct work *w, size_t self)
 static int64_t *ran_at;
 static _Atomic size_t ran_count;
 
-void bench_task_ran(size_t i)
+/* `seq`: the slot's sequence number before the peer learnt the task was
+ * due (UINT32_MAX: judge it anyway). */
+static void task_ran(size_t i, uint32_t seq)
 {
     int64_t now = bench_now_ns();
     if (touch.lb != NULL) {
         int64_t lb = atomic_load_explicit(&touch.lb[i], memory_order_acquire);
         int64_t prev = atomic_load_explicit(&touch.lb_prev[i], memory_order_acquire);
-        if (now < (prev < lb ? prev : lb))
+        atomic_thread_fence(memory_order_acquire);
+        bool settled = seq == UINT32_MAX ||
+                       (seq % 2 == 0 && atomic_load_explicit(&touch.seq[i], memory_order_relaxed) == seq);
+        if (settled && now < (prev < lb ? prev : lb))
             atomic_fetch_add(&touch.early, 1);
         atomic_store_explicit(&touch.ran_at[i], now, memory_order_relaxed);
         atomic_fetch_add_explicit(&touch.runs[i], 1, memory_order_release);
@@ -256,6 +268,21 @@ void bench_task_ran(size_t i)
         ran_at[i] = now;
     }
     atomic_fetch_add_explicit(&ran_count, 1, memory_order_release);
+}
+
+void bench_task_ran(size_t i)
+{
+    task_ran(i, UINT32_MAX);
+}
+
+uint32_t bench_task_seq(size_t i)
+{
+    return touch.seq != NULL ? atomic_load_explicit(&touch.seq[i], memory_order_acquire) : 0;
+}
+
+void bench_task_ran_since(size_t i, uint32_t seq)
+{
+    task_ran(i, seq);
 }
 
 struct settled {
@@ -455,6 +482,7 @@ static void touch_common(const struct bench_config *c, int early_mode)
     touch.lb_prev = bench_xmalloc(slots * sizeof *touch.lb_prev);
     touch.ran_at = bench_xmalloc(slots * sizeof *touch.ran_at);
     touch.runs = bench_xmalloc(slots * sizeof *touch.runs);
+    touch.seq = bench_xmalloc(slots * sizeof *touch.seq);
     peer->slots(t, slots, BENCH_RECORD);
     int64_t setup = bench_now_ns();
     for (size_t i = 0; i < slots; i++) {
@@ -462,6 +490,7 @@ static void touch_common(const struct bench_config *c, int early_mode)
         atomic_init(&touch.lb_prev[i], setup + 30 * S_NS);
         atomic_init(&touch.ran_at[i], 0);
         atomic_init(&touch.runs[i], 0);
+        atomic_init(&touch.seq[i], 0);
         peer->arm(t, i, 30 * S_NS);
     }
     pid_t wtid = worker_tid();
@@ -485,7 +514,9 @@ static void touch_common(const struct bench_config *c, int early_mode)
     free((void *)touch.lb_prev);
     free((void *)touch.ran_at);
     free((void *)touch.runs);
+    free((void *)touch.seq);
     touch.lb = NULL;
+    touch.seq = NULL;
     bench_put_params(peer->name, c);
     bench_put(" ring=%zu ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f calls=%zu ran=%" PRIu64
               " left_at_10ms=%zu early=%" PRIu64 " replaced=%" PRIu64,

@@ -87,6 +87,13 @@ void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* For BENCH_RECORD tasks: slot i ran now. From the worker. */
 void bench_task_ran(size_t i);
+/* For a peer whose worker learns a task is due in a step that a re-arm can
+ * race (timerfd: the read, then the record): the slot's sequence number
+ * before that step, and the record after it. A run whose slot was re-armed
+ * in between may be the replaced arm's: it is counted, but not judged early
+ * against bounds that may be a later arm's. */
+uint32_t bench_task_seq(size_t i);
+void bench_task_ran_since(size_t i, uint32_t seq);
 
 /* The worker thread's first call: names it BENCH_WORKER_NAME. */
 void bench_worker_named(void);

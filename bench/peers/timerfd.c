@@ -132,10 +132,15 @@ static void *worker(void *p)
             if (key == STOP_KEY)
                 return NULL;
             int fd = key == HOUR_KEY ? t->hour_fd : t->fds[key];
+            /* A re-arm clears an unread expiration, but not one read just
+             * before it: this thread, preempted between the read and the
+             * record, would judge the replaced arm's run by the new arm's
+             * bound. */
+            uint32_t seq = key == HOUR_KEY ? 0 : bench_task_seq((size_t)key);
             if (read(fd, &expirations, sizeof expirations) != sizeof expirations)
                 continue; /* disarmed after it fired */
             if (key != HOUR_KEY && t->task == BENCH_RECORD)
-                bench_task_ran((size_t)key);
+                bench_task_ran_since((size_t)key, seq);
         }
     }
 }
