@@ -544,7 +544,7 @@ static void cancel_common(const struct bench_config *c, int own)
     }
     bench_sleep_ns(c->wait_ms * MS_NS);
 
-    int64_t cpu0 = bench_proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns(), wcpu0 = thread_cpu_ns(wtid);
     int64_t wall = own ? team_phase(&tm, cancel_handles) : run_phase(&ph, cancel_handles);
     int64_t done = bench_now_ns();
     uint64_t cancelled = atomic_load(&ph.ok);
@@ -556,6 +556,7 @@ static void cancel_common(const struct bench_config *c, int own)
     int64_t pending = hwt_pending_timeouts(timer);
     cpu0 += bench_self_cpu_ns() - self0;
     struct settled drained = settle(c, timer, wtid, 0, 1);
+    int64_t wcpu1 = thread_cpu_ns(wtid);
     if (own)
         bench_team_stop(&tm);
 
@@ -569,9 +570,10 @@ static void cancel_common(const struct bench_config *c, int own)
 
     bench_put_params("hwtimer", c);
     bench_put(" ns_per_op=%.1f pending_ms=%.2f cancelled=%" PRIu64 " pending=%" PRId64
-              " release_ns_per_op=%.1f cpu_ns_per_op=%.1f drain_ms=%.2f",
+              " release_ns_per_op=%.1f cpu_ns_per_op=%.1f worker_cpu_ns_per_op=%.1f drain_ms=%.2f",
               (double)wall / (double)ph.n, (double)pending_ns / 1e6, cancelled, pending,
               (double)release / (double)ph.n, per(drained.cpu_ns - cpu0, ph.n),
+              wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, ph.n) : -1.0,
               (double)(drained.at_ns - done) / 1e6);
 }
 
