@@ -626,13 +626,15 @@ static void drain_wheel(hwt_timer *timer)
  * expired any more, and every cancelled callback owed has been called. */
 static void final_drain(hwt_timer *timer)
 {
-    process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
     /* About what the wheel and the queues hold (schedules still on their
      * way to the push included). */
     hwt__stopset_reserve(&timer->worker.stopped_set,
                          timer->worker.wheel.count + (size_t)hwt__queued_count(timer));
-    drain_wheel(timer);
+    /* First, as it waits for the schedules in flight: the wheel's drain may
+     * scan the pool, which no thread may allocate from meanwhile. */
     take_queues_for_stop(timer);
+    process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
+    drain_wheel(timer);
     /* A canceller may have won its CAS just before we marked the timeout
      * and not pushed it yet: wait for every cancellation we let go of. */
     process_cancels(timer);
