@@ -103,6 +103,22 @@ static void test_exiting_thread_gives_its_fresh_run_back(void **state)
     hwtt_destroy(timer);
 }
 
+/* Cancels and lets go of h[0], h[2], ...; moves the others to the front of
+ * h. Returns how many are left. */
+static size_t cancel_every_other(hwt_timeout **h, size_t n)
+{
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 2 == 0) {
+            assert_true(hwt_timeout_cancel(h[i]));
+            hwt_timeout_release(h[i]);
+        } else {
+            h[live++] = h[i];
+        }
+    }
+    return live;
+}
+
 /* Recycled and fresh timeouts mixed, from two threads: every live timeout is
  * a distinct object, and a stop hands back exactly the live ones. */
 static void test_nothing_is_handed_out_twice(void **state)
@@ -127,15 +143,7 @@ static void test_nothing_is_handed_out_twice(void **state)
 
     /* Cancel every other one and let go of it: back to the pool once the
      * worker has called its cancelled callback and taken it off the queue. */
-    size_t live = 0;
-    for (size_t i = 0; i < 2 * N; i++) {
-        if (i % 2 == 0) {
-            assert_true(hwt_timeout_cancel(first[i]));
-            hwt_timeout_release(first[i]);
-        } else {
-            first[live++] = first[i];
-        }
-    }
+    size_t live = cancel_every_other(first, 2 * N);
     assert_int_equal(hwt_pending_timeouts(timer), N);
     assert_true(
         hwtt_wait_until(atomic_load(&rec.cb) == N && atomic_load(&timer->transferred) == 2 * N,
@@ -278,15 +286,7 @@ static void test_stop_scan_skips_free_timeouts(void **state)
     assert_true(
         hwtt_wait_until(atomic_load(&rec.ran) == 1 && atomic_load(&timer->transferred) == 2 * N + 1,
                         hwtt_slack_ms(2000)));
-    size_t live = 0;
-    for (size_t i = 0; i < 2 * N; i++) {
-        if (i % 2 == 0) {
-            assert_true(hwt_timeout_cancel(h[i]));
-            hwt_timeout_release(h[i]);
-        } else {
-            h[live++] = h[i];
-        }
-    }
+    size_t live = cancel_every_other(h, 2 * N);
     /* Unlinked and their callbacks called: free once their handles are gone. */
     assert_true(hwtt_wait_until(atomic_load(&rec.cb) == N, hwtt_slack_ms(2000)));
     /* The scan, not the walk of the buckets (worker.c, drain_wheel). */
