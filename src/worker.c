@@ -84,7 +84,14 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
 }
 
 /* Unlinks cancelled timeouts and calls their cancelled callbacks, in the
- * order each thread cancelled them. Returns how many. */
+ * order each thread cancelled them. Returns how many.
+ *
+ * One walk down each stack, newest first: only the callbacks' order shows,
+ * so a timeout without a cancelled callback is let go as the walk meets it,
+ * and those with one are put in order on the way (pushed onto a list that
+ * comes out oldest first). Reversing the whole stack first would walk it
+ * twice, and a tick's cancels can be megabytes: each timeout would be
+ * fetched from memory twice, one after another down a chain of pointers. */
 static size_t process_cancels(hwt_timer *timer)
 {
     size_t n = 0;
@@ -92,12 +99,21 @@ static size_t process_cancels(hwt_timer *timer)
         ck_stack_t *cancels = &timer->stripes[i].cancels;
         if (hwt__stack_is_empty(cancels)) /* no write: its line holds the stripe's counters */
             continue;
-        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all_upmc(cancels));
-        while (e != NULL) {
+        ck_stack_entry_t *with_callback = NULL; /* oldest first */
+        for (ck_stack_entry_t *e = hwt__stack_take_all_upmc(cancels), *next; e != NULL; e = next) {
             n++;
-            ck_stack_entry_t *next = e->next;
+            next = e->next;
+            hwt_timeout *t = hwt__timeout_of_stack(e);
+            if (atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_PAIR) {
+                e->next = with_callback;
+                with_callback = e;
+            } else {
+                cancel_noticed(timer, t);
+            }
+        }
+        for (ck_stack_entry_t *e = with_callback, *next; e != NULL; e = next) {
+            next = e->next;
             cancel_noticed(timer, hwt__timeout_of_stack(e));
-            e = next;
         }
     }
     return n;

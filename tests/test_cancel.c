@@ -392,6 +392,76 @@ static void test_cancel_from_task_same_tick(void **state)
     }
 }
 
+/* ----------------------------------------- the cancelled callbacks' order */
+
+/* A thread's cancelled callbacks run in the order it cancelled (worker.c,
+ * process_cancels), also when cancels without a callback are mixed in and
+ * the worker takes them all at once: here it is held in a task while the
+ * test cancels, so one pass finds the whole batch. */
+static atomic_bool hold_reached, hold_open;
+static void hold_worker(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&hold_reached, true);
+    hwtt_wait_until(atomic_load(&hold_open), 10000);
+}
+
+static char called_back[8];
+static atomic_int called_back_count;
+static void note_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    int i = atomic_fetch_add(&called_back_count, 1);
+    if (i < (int)sizeof called_back)
+        called_back[i] = (char)(uintptr_t)arg;
+}
+
+static void never_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+static const hwt_task noted_task = {.run = never_run, .cancelled = note_cancelled};
+
+static void test_cancelled_callbacks_in_cancel_order(void **state)
+{
+    (void)state;
+    const char *names = "ABCDEF", *with_callback = "ACDF";
+    hwt_timeout *h[6];
+    atomic_store(&hold_reached, false);
+    atomic_store(&hold_open, false);
+    atomic_store(&called_back_count, 0);
+    memset(called_back, 0, sizeof called_back);
+    hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 64);
+    for (int i = 0; i < 6; i++) {
+        void *arg = (void *)(uintptr_t)names[i];
+        int rc = strchr(with_callback, names[i])
+                     ? hwt_new_timeout_task(t, &noted_task, arg, 10, HWT_SECONDS, &h[i])
+                     : hwt_new_timeout(t, never_run, arg, 10, HWT_SECONDS, &h[i]);
+        assert_int_equal(rc, 0);
+    }
+    /* Scheduled after them by the same thread: when it runs, they are all
+     * in the wheel. */
+    assert_int_equal(hwt_new_timeout(t, hold_worker, NULL, 0, HWT_MILLISECONDS, NULL), 0);
+    bool held = hwtt_wait_until(atomic_load(&hold_reached), 5000);
+    int cancels = 0;
+    for (int i = 0; i < 6; i++)
+        cancels += hwt_timeout_cancel(h[i]);
+    atomic_store(&hold_open, true);
+    bool called = hwtt_wait_until(atomic_load(&called_back_count) == 4, 5000);
+    stop_expect_empty(t);
+    for (int i = 0; i < 6; i++)
+        hwt_timeout_release(h[i]);
+    assert_true(held);
+    assert_int_equal(cancels, 6);
+    assert_true(called);
+    assert_int_equal(atomic_load(&called_back_count), 4);
+    if (memcmp(called_back, with_callback, 4) != 0)
+        fail_msg("cancelled callbacks ran in the order %.4s, not %s", called_back, with_callback);
+}
+
 /* ------------------------------------------------------- many cancels */
 
 #define MANY 10000
@@ -660,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_pending_drops_when_cancel_returns),
         cmocka_unit_test(test_max_pending_frees_at_once),
         cmocka_unit_test(test_cancel_from_task_same_tick),
+        cmocka_unit_test(test_cancelled_callbacks_in_cancel_order),
         cmocka_unit_test(test_many_cancels),
         cmocka_unit_test(test_concurrent_cancels_one_winner),
         cmocka_unit_test(test_cancel_near_deadline_never_runs),
