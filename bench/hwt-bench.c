@@ -596,10 +596,11 @@ static void w_churn(const struct bench_config *c)
     ph.handles = bench_xmalloc(slots * sizeof *ph.handles);
     memset(ph.handles, 0, slots * sizeof *ph.handles);
     pid_t wtid = worker_tid();
-    int64_t cpu0 = bench_proc_cpu_ns();
+    int64_t cpu0 = bench_proc_cpu_ns(), wcpu0 = thread_cpu_ns(wtid);
     int64_t wall = run_phase(&ph, churn_ring);
     int64_t end = bench_now_ns();
     struct settled done = settle(c, timer, wtid, 0, INT64_MAX);
+    int64_t wcpu1 = thread_cpu_ns(wtid);
     size_t pairs = (ph.n / ph.threads) * ph.threads;
     uint64_t cancelled = atomic_load(&ph.ok);
     for (size_t i = 0; i < slots; i++) {
@@ -615,9 +616,11 @@ static void w_churn(const struct bench_config *c)
 
     bench_put_params("hwtimer", c);
     bench_put(" ring=%ld ns_per_op=%.1f pairs=%zu cancelled=%" PRIu64 " wakeups=%" PRIu64
-              " cpu_ns_per_op=%.1f drain_ms=%.2f",
+              " cpu_ns_per_op=%.1f worker_cpu_ns_per_op=%.1f drain_ms=%.2f",
               c->ring, (double)wall / (double)(pairs ? pairs : 1), pairs, cancelled, st.wakeups,
-              per(done.cpu_ns - cpu0, pairs), (double)(done.at_ns - end) / 1e6);
+              per(done.cpu_ns - cpu0, pairs),
+              wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, pairs) : -1.0,
+              (double)(done.at_ns - end) / 1e6);
 }
 
 /* touch / touch_early (see touch_ring): calls = (n / P) * P. After the
