@@ -121,19 +121,19 @@ struct hwt__stopset {
  * threads using the stripe write (hwt__stripe_add). A thread always uses the
  * same stripe, so its timeouts keep their order. */
 struct hwt__stripe {
-    _Alignas(64) ck_stack_t queue;
+    _Alignas(64) ck_stack_t queue; /* counts its pushes: the successful schedules */
     /* The earliest deadline pushed on `queue` since the worker last took it
      * (INT64_MAX: none). The worker sleeps only past what is queued, so a
      * producer adding a later deadline never wakes it (timeout.c). */
     _Atomic int64_t queued_min;
-    _Alignas(64) ck_stack_t cancels;
-    ck_stack_t moved; /* timeouts rescheduled earlier (HWT_TO_MOVED) */
-    _Atomic uint64_t started;   /* schedule calls past argument checks... */
-    _Atomic uint64_t scheduled; /* ...that succeed, counted before the push: a
-                                   timeout's end is never counted before it */
-    _Atomic uint64_t failed;    /* ...that failed; the stop waits until started ==
-                                   failed + what the worker took from `queue` */
-    _Atomic uint64_t cancelled;
+    _Alignas(64) ck_stack_t cancels; /* counts its pushes: cancels the worker hears of */
+    ck_stack_t moved;                /* timeouts rescheduled earlier (HWT_TO_MOVED) */
+    _Atomic uint64_t started;        /* schedule calls past argument checks (those that
+                                        succeed are counted by `queue`)... */
+    _Atomic uint64_t failed;         /* ...that failed; the stop waits until started ==
+                                        failed + what the worker took from `queue` */
+    _Atomic uint64_t cancelled;      /* cancels not pushed on `cancels`, and what stops
+                                        dropped or handed back (see hwt__stripe_cancelled) */
     _Atomic uint64_t rejected;
 };
 
@@ -272,16 +272,23 @@ static inline void hwt__pending_sub(hwt_timer *timer, int64_t n)
         atomic_fetch_sub_explicit(&timer->pending, n, memory_order_relaxed);
 }
 
-/* New timeouts queued, or about to be, and not yet moved by the worker
- * (cancelled ones included): a snapshot, exact only when no producer is
- * running. A schedule counts itself before its push, so the worker never
- * reads fewer than it has taken. */
+/* New timeouts queued and not yet moved by the worker (cancelled ones
+ * included): a snapshot, exact only when no producer is running. A push
+ * counts itself, so the worker never reads fewer than it has taken. */
 static inline uint64_t hwt__queued_count(hwt_timer *timer)
 {
     uint64_t scheduled = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        scheduled += atomic_load_explicit(&timer->stripes[i].scheduled, memory_order_relaxed);
+        scheduled += hwt__stack_pushes(&timer->stripes[i].queue);
     return scheduled - atomic_load_explicit(&timer->transferred, memory_order_relaxed);
+}
+
+/* Successful cancels on a stripe (and what stops dropped or handed back
+ * there): those its cancel stack counted, and the others. */
+static inline uint64_t hwt__stripe_cancelled(struct hwt__stripe *stripe)
+{
+    return hwt__stack_pushes(&stripe->cancels) +
+           atomic_load_explicit(&stripe->cancelled, memory_order_acquire);
 }
 
 /* Nanoseconds since the worker started (callers: after the start latch). */

@@ -12,6 +12,14 @@
  *   cancel stack       the same, through the timeout's stack_link.
  *   moved stack        the same, for timeouts rescheduled earlier.
  *
+ * The new-timeout queue and the cancel stack count their pushes in the
+ * ck_stack's second word, `generation` (which only ck's mpmc pops use, and
+ * we never pop one entry): a push changes head and count together with one
+ * double-width CAS, as ck's own mpmc pop does. A schedule and a cancel must
+ * be counted at once (the pending count and the stop's drain read the
+ * counts), and a separate counter on the same line would cost each one more
+ * locked operation; the take-all still exchanges only the head.
+ *
  * Why not ck_fifo_mpmc for new timeouts: its dequeue hands back the
  * *previous* node as garbage and a producer may still touch that through a
  * stale tail, so a fifo entry cannot live inside the timeout it carries:
@@ -31,6 +39,7 @@
 #include <ck_stack.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define HWT_TSAN 1
@@ -76,6 +85,34 @@ static inline void hwt__stack_push_upmc(ck_stack_t *stack, ck_stack_entry_t *ent
     HWT_TSAN_IGNORE_BEGIN();
     ck_stack_push_upmc(stack, entry);
     HWT_TSAN_IGNORE_END();
+}
+
+/* Pushes one entry and counts it (one double-width CAS: the head and the
+ * count change together). Any thread, as hwt__stack_push_upmc; the stack
+ * must be 16-byte aligned. */
+static inline void hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *entry)
+{
+    ck_stack_t seen, next;
+    HWT_TSAN_RELEASE(stack);
+    HWT_TSAN_IGNORE_BEGIN();
+    seen.generation = ck_pr_load_ptr(&stack->generation);
+    seen.head = ck_pr_load_ptr(&stack->head);
+    do {
+        entry->next = seen.head;
+        next.head = entry;
+        next.generation = (char *)((uintptr_t)seen.generation + 1);
+        ck_pr_fence_store(); /* the entry's link before the entry */
+    } while (!ck_pr_cas_ptr_2_value(stack, &seen, &next, &seen));
+    HWT_TSAN_IGNORE_END();
+}
+
+/* How many entries were ever pushed with hwt__stack_push_counted: a load,
+ * ordered before the caller's later loads (as an acquire). Any thread. */
+static inline uint64_t hwt__stack_pushes(ck_stack_t *stack)
+{
+    uint64_t pushes = (uint64_t)(uintptr_t)ck_pr_load_ptr(&stack->generation);
+    ck_pr_fence_load();
+    return pushes;
 }
 
 /* Takes every entry at once (one exchange), newest first (linked through

@@ -143,14 +143,14 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
     atomic_store_explicit(&t->state, pair != NULL ? HWT_TO_INIT | HWT_TO_PAIR : HWT_TO_INIT,
                           memory_order_relaxed);
-    /* Counted before anyone can end it (the worker, or a canceller with the
-     * handle): hwt_timer_stats reads ends before starts. */
-    hwt__stripe_add(&stripe->scheduled, 1);
     if (out != NULL)
         *out = t;
 
     hwt__step_reached(HWT_STEP_SCHEDULE_ADMITTED, timer);
-    hwt__stack_push_upmc(&stripe->queue, &t->queue_link);
+    /* The push counts it scheduled: before anyone can end it (the worker
+     * takes it from the queue; a canceller needs the handle, returned
+     * after), as hwt_timer_stats, reading ends before starts, needs. */
+    hwt__stack_push_counted(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
     maybe_wake_for(timer, deadline);
     return 0;
@@ -166,9 +166,12 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
         return false;
     struct hwt__stripe *stripe = hwt__my_stripe(timer);
     hwt__pending_sub(timer, 1);
-    hwt__stripe_add(&stripe->cancelled, 1);
+    /* Counted before we return (the pending count drops at once): by the
+     * push, or else by the stripe's counter. */
     if (hwt__cancel_was_pushed(now))
-        hwt__stack_push_upmc(&stripe->cancels, &timeout->stack_link);
+        hwt__stack_push_counted(&stripe->cancels, &timeout->stack_link);
+    else
+        hwt__stripe_add(&stripe->cancelled, 1);
     /* The worker unlinks it (or drops it from the queue) within max(tick,
      * 100 ms); wake it only if it planned a longer sleep, and only once per
      * sleep. */

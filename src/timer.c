@@ -470,7 +470,7 @@ static int64_t read_pending(hwt_timer *timer)
         struct hwt__stripe *s = &timer->stripes[i];
         sum += (int64_t)(atomic_load_explicit(&s->started, memory_order_relaxed) -
                          atomic_load_explicit(&s->failed, memory_order_relaxed) -
-                         atomic_load_explicit(&s->cancelled, memory_order_relaxed));
+                         hwt__stripe_cancelled(s));
     }
     return sum > 0 ? sum : 0;
 }
@@ -494,11 +494,11 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
      * never exceeds scheduled in the snapshot. */
     stats->expired = atomic_load(&timer->expired);
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        stats->cancelled += atomic_load(&timer->stripes[i].cancelled);
+        stats->cancelled += hwt__stripe_cancelled(&timer->stripes[i]);
         stats->rejected += atomic_load(&timer->stripes[i].rejected);
     }
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        stats->scheduled += atomic_load(&timer->stripes[i].scheduled);
+        stats->scheduled += hwt__stack_pushes(&timer->stripes[i].queue);
     stats->wakeups = atomic_load(&timer->wakeups);
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&

@@ -642,8 +642,8 @@ static void drain_wheel(hwt_timer *timer)
  * expired any more, and every cancelled callback owed has been called. */
 static void final_drain(hwt_timer *timer)
 {
-    /* About what the wheel and the queues hold (schedules still on their
-     * way to the push included). */
+    /* About what the wheel and the queues hold (the set grows for the
+     * schedules still on their way to the push). */
     hwt__stopset_reserve(&timer->worker.stopped_set,
                          timer->worker.wheel.count + (size_t)hwt__queued_count(timer));
     /* First, as it waits for the schedules in flight: the wheel's drain may
