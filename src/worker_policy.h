@@ -48,10 +48,13 @@
  * producer wakes a sleeping worker although none of them is due before its
  * planned wake-up, in transfer budgets (max_transfers_per_tick): the
  * threshold is HWT_BACKLOG_BUDGETS x the budget (hwt__backlog_kick).
- * Below it, the backlog waits for that wake-up or for the cancel latency,
- * whichever is first: moving timeouts while threads schedule flat out takes
- * CPUs and cache lines from those threads, and moving them in one batch
- * after the burst costs less. The bound is on the walk: the worker takes a
+ * Below it, the backlog waits for that wake-up, or for the cancel latency
+ * if the worker saw some of it queued when it planned (a backlog that only
+ * arrived after it planned waits for the wake-up: no producer wakes the
+ * worker for far deadlines, so a trickle of them costs no wake-ups):
+ * moving timeouts while threads schedule flat out takes CPUs and cache
+ * lines from those threads, and moving them in one batch after the burst
+ * costs less. The bound is on the walk: the worker takes a
  * stripe's whole stack and walks it before a due-soon timeout in it can be
  * placed (about 1-2 ns per timeout), and moves at most one budget per pass,
  * so a backlog of ten budgets is ten passes of work waiting. A larger
