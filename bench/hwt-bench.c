@@ -457,6 +457,13 @@ static double per(int64_t ns, size_t n)
     return (double)ns / (double)(n ? n : 1);
 }
 
+/* The worker's CPU per operation between two readings of its clock
+ * (thread_cpu_ns: -1 when it could not be read, then -1). */
+static double worker_per(int64_t wcpu0, int64_t wcpu1, size_t n)
+{
+    return wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, n) : -1.0;
+}
+
 /* ------------------------------------------------------------ workloads */
 
 static void w_schedule(const struct bench_config *c)
@@ -489,7 +496,7 @@ static void w_schedule(const struct bench_config *c)
         " ns_per_op=%.1f stop_ms=%.1f list=%zu release_ms=%.1f cpu_ns_per_op=%.1f"
         " worker_cpu_ns_per_op=%.1f drain_ms=%.2f",
         (double)wall / (double)ph.n, (double)stop / 1e6, count, (double)release / 1e6,
-        per(done.cpu_ns - cpu0, ph.n), wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, ph.n) : -1.0,
+        per(done.cpu_ns - cpu0, ph.n), worker_per(wcpu0, wcpu1, ph.n),
         (double)(done.at_ns - end) / 1e6);
 }
 
@@ -529,7 +536,7 @@ static void w_schedule_warm(const struct bench_config *c)
     bench_put(" ns_per_op=%.1f cpu_ns_per_op=%.1f worker_cpu_ns_per_op=%.1f drain_ms=%.2f"
               " pending=%" PRId64,
               per(wall, ph.n), per(done.cpu_ns - cpu0, ph.n),
-              wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, ph.n) : -1.0,
+              worker_per(wcpu0, wcpu1, ph.n),
               (double)(done.at_ns - end) / 1e6, pending);
 }
 
@@ -586,7 +593,7 @@ static void cancel_common(const struct bench_config *c, int own)
               " release_ns_per_op=%.1f cpu_ns_per_op=%.1f worker_cpu_ns_per_op=%.1f drain_ms=%.2f",
               (double)wall / (double)ph.n, (double)pending_ns / 1e6, cancelled, pending,
               (double)release / (double)ph.n, per(drained.cpu_ns - cpu0, ph.n),
-              wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, ph.n) : -1.0,
+              worker_per(wcpu0, wcpu1, ph.n),
               (double)(drained.at_ns - done) / 1e6);
 }
 
@@ -632,7 +639,7 @@ static void w_churn(const struct bench_config *c)
               " cpu_ns_per_op=%.1f worker_cpu_ns_per_op=%.1f drain_ms=%.2f",
               c->ring, (double)wall / (double)(pairs ? pairs : 1), pairs, cancelled, st.wakeups,
               per(done.cpu_ns - cpu0, pairs),
-              wcpu0 >= 0 && wcpu1 >= 0 ? per(wcpu1 - wcpu0, pairs) : -1.0,
+              worker_per(wcpu0, wcpu1, pairs),
               (double)(done.at_ns - end) / 1e6);
 }
 
