@@ -171,7 +171,7 @@ struct hwt__sleep_snapshot {
     int64_t next_event;   /* hwt__wheel_next_event (INT64_MAX: nothing) */
     uint32_t moved;       /* new timeouts moved this pass */
     size_t cancels;       /* cancels processed, or cancelled timeouts dropped, this pass */
-    int64_t queued;       /* new timeouts still queued, or on their way (hwt__queued_count) */
+    int64_t queued;       /* new timeouts pushed and not yet moved (hwt__queued_count) */
     int64_t cancels_wait; /* hwt__plan_cancels_wait's answer for this pass */
 };
 
