@@ -228,7 +228,9 @@ HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
  * If `timeout` is not NULL, *timeout receives one reference that the caller
  * ends with hwt_timeout_release(); with NULL the caller holds nothing.
  * Errors: HWT_EINVAL (timer or run NULL, invalid unit), HWT_ESTOPPED,
- * HWT_EREJECTED, HWT_ENOMEM, HWT_ESYS (the worker thread, or the thread key
+ * HWT_EREJECTED, HWT_ENOMEM (memory is exhausted, or the timer already
+ * knows 65 472 distinct (run, cancelled) pairs: it keeps each pair it sees
+ * once, for its lifetime), HWT_ESYS (the worker thread, or the thread key
  * of the calling thread's timeout cache, could not be had). Lock-free on the
  * hot path (a short lock once per 64 timeouts at most, to refill the
  * thread's cache); never blocks except the first call, which waits for the

@@ -7,7 +7,7 @@
  *     (struct hwt__worker) belongs to the worker thread; lifecycle fields
  *     are under lifecycle_lock.
  *   hwt_timeout: state and refs are atomics (any thread); the wheel node's
- *     links and wflags are the worker's; run (or pair)/arg/node.deadline are
+ *     links and wflags are the worker's; task/arg/node.deadline are
  *     written by the producer before the timeout is published and are
  *     read-only afterwards.
  */
@@ -38,7 +38,7 @@ enum {
     HWT_TO_TRANSFERRED = 4, /* set by the worker (CAS) as it moves a pending
                                timeout from the queue into the wheel */
     HWT_TO_EXEC_ARMED = 8,  /* with EXPIRED: handed to the executor, not yet run */
-    HWT_TO_PAIR = 16,       /* set at creation: the task is an interned pair */
+    HWT_TO_CANCEL_CB = 16,  /* set at creation: the task has a cancelled callback */
     /* Reschedule (timeout.c). A move to an earlier deadline is written under
      * BUSY, so the worker never reads a deadline that a call may still lose;
      * MOVED: the timeout is on a stripe's moved stack (through stack_link),
@@ -60,17 +60,29 @@ enum {
     HWT_W_STOPPED = 8      /* taken by the final drain of a stop */
 };
 
-/* A timeout's task when it has a cancelled callback (tasks.c). */
+/* A timeout's task: interned per timer (tasks.c), the timeout keeps its index. */
 struct hwt__task_pair {
-    hwt_task_fn run, cancelled;
+    hwt_task_fn run, cancelled; /* cancelled: NULL if none */
 };
 
-#define HWT_PAIRS_PER_BLOCK 30
-struct hwt__pair_block {
-    struct hwt__pair_block *next;
-    _Atomic unsigned count;
-    struct hwt__task_pair pairs[HWT_PAIRS_PER_BLOCK];
+/* The task table's blocks double from HWT_TASKS_FIRST_BLOCK entries:
+ * block b holds indices [FIRST * (2^b - 1), FIRST * (2^(b+1) - 1)). */
+#define HWT_TASKS_FIRST_BLOCK 64
+#define HWT_TASK_BLOCKS 10
+#define HWT_MAX_TASKS (HWT_TASKS_FIRST_BLOCK * ((1u << HWT_TASK_BLOCKS) - 1)) /* 65 472 */
+
+/* A hash index of the task table: slots hold an index + 1 (0: empty). */
+struct hwt__task_index {
+    size_t mask;                   /* slots - 1: slots are a power of two */
+    struct hwt__task_index *older; /* the one it replaced */
+    _Atomic uint32_t slots[];
 };
+
+static inline unsigned hwt__task_block_of(size_t index)
+{
+    return (unsigned)(63 - __builtin_clzll((unsigned long long)index + HWT_TASKS_FIRST_BLOCK)) -
+           6 /* log2(HWT_TASKS_FIRST_BLOCK) */;
+}
 
 /* A timeout is its wheel node (wheel.h) and what the timer needs around it.
  * The node's next link is used by one list at a time: the wheel's bucket,
@@ -93,13 +105,10 @@ struct hwt_timeout {
         };
     };
     ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
-    union {
-        hwt_task_fn run;                   /* without HWT_TO_PAIR */
-        const struct hwt__task_pair *pair; /* with HWT_TO_PAIR (tasks.c) */
-    };
     void *arg;
     _Atomic uint32_t state;
-    _Atomic uint16_t refs;
+    uint16_t task;        /* its (run, cancelled) in the timer's task table (tasks.c) */
+    _Atomic uint8_t refs; /* a handle, the queue or wheel, a moved stack, an executor: a few */
     uint8_t wflags;
 };
 
@@ -207,10 +216,12 @@ struct hwt_timer {
     _Atomic uint64_t late_max_ns;
     _Atomic uint64_t refiled; /* timeouts filed again after a reschedule (tests) */
 
-    /* ---- interned task pairs (tasks.c) */
+    /* ---- interned tasks (tasks.c) */
     uint64_t id; /* unique in the process, never 0 */
-    _Atomic(struct hwt__pair_block *) tasks;
-    pthread_mutex_t tasks_lock;
+    size_t task_count; /* under tasks_lock */
+    _Atomic(struct hwt__task_pair *) task_blocks[HWT_TASK_BLOCKS];
+    _Atomic(struct hwt__task_index *) task_index; /* finds a pair's index */
+    pthread_mutex_t tasks_lock;                   /* held to add one */
 
     /* ---- lifecycle (timer.c, and the worker's side in worker.c): under
      * lifecycle_lock; lifecycle_cond is broadcast on every change. No
@@ -340,10 +351,29 @@ int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *co
 void hwt__stopset_drop(struct hwt__stopset *set);
 
 /* tasks.c */
-/* The interned pair, or NULL when memory is exhausted. Any thread. */
-const struct hwt__task_pair *hwt__task_pair(hwt_timer *timer, hwt_task_fn run,
-                                            hwt_task_fn cancelled);
-void hwt__task_pairs_free(hwt_timer *timer);
+/* The index of (run, cancelled) in the timer's task table, interned if new:
+ * false when the table is full (HWT_MAX_TASKS) or memory is exhausted. Any
+ * thread. */
+bool hwt__task_intern(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, uint16_t *index);
+void hwt__tasks_free(hwt_timer *timer);
+
+/* Entry `index` of the timer's task table. Any thread that got the index
+ * from the thread that interned it, or after it (the entry was written
+ * before). */
+static inline const struct hwt__task_pair *hwt__task_at(const hwt_timer *timer, size_t index)
+{
+    unsigned b = hwt__task_block_of(index);
+    const struct hwt__task_pair *pairs =
+        atomic_load_explicit(&((hwt_timer *)timer)->task_blocks[b], memory_order_relaxed);
+    return &pairs[index + HWT_TASKS_FIRST_BLOCK - ((size_t)HWT_TASKS_FIRST_BLOCK << b)];
+}
+
+/* A timeout's task. */
+static inline const struct hwt__task_pair *hwt__task_of(const hwt_timer *timer,
+                                                        const hwt_timeout *t)
+{
+    return hwt__task_at(timer, t->task);
+}
 
 /* The one state change every timeout makes: from INIT to `to` (keeping
  * the flags). True for the one caller that wins; *now gets the new state. */
@@ -354,7 +384,7 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
     do { /* retried only when the worker set TRANSFERRED meanwhile */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false;
-        next = (cur & (HWT_TO_PAIR | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | to;
+        next = (cur & (HWT_TO_CANCEL_CB | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | to;
     } while (!atomic_compare_exchange_weak(&t->state, &cur, next));
     *now = next;
     return true;
@@ -367,14 +397,14 @@ static inline bool hwt__timeout_leave_init(hwt_timeout *t, uint32_t to, uint32_t
  * it was on a moved stack (MOVED): the worker learns of the cancel there. */
 static inline bool hwt__cancel_was_pushed(uint32_t state)
 {
-    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR)) != 0 && !(state & HWT_TO_MOVED);
+    return (state & (HWT_TO_TRANSFERRED | HWT_TO_CANCEL_CB)) != 0 && !(state & HWT_TO_MOVED);
 }
 
 /* Whether the worker is still to hear of this (cancelled) timeout's cancel:
  * from its canceller's push, or from the moved stack it is on. */
 static inline bool hwt__cancel_notice_owed(uint32_t state)
 {
-    return (state & (HWT_TO_TRANSFERRED | HWT_TO_PAIR | HWT_TO_MOVED)) != 0;
+    return (state & (HWT_TO_TRANSFERRED | HWT_TO_CANCEL_CB | HWT_TO_MOVED)) != 0;
 }
 
 /* A pending timeout's deadline: written by its producer before it is
@@ -382,11 +412,6 @@ static inline bool hwt__cancel_notice_owed(uint32_t state)
 static inline int64_t hwt__deadline_of(const hwt_timeout *t)
 {
     return __atomic_load_n(&t->node.deadline, __ATOMIC_RELAXED);
-}
-
-static inline hwt_task_fn hwt__task_run(const hwt_timeout *t, uint32_t state)
-{
-    return (state & HWT_TO_PAIR) ? t->pair->run : t->run;
 }
 
 /* worker.c */
@@ -422,7 +447,7 @@ _Static_assert(offsetof(hwt_timeout, queue_link) == offsetof(hwt_timeout, node.l
                    offsetof(hwt_timeout, mag_count) == offsetof(hwt_timeout, node.deadline),
                "the queue and depot links share only the node's next link: the deadline "
                "survives the queue, and a free timeout never looks linked");
-_Static_assert(sizeof(struct hwt_timeout) <= 56,
-               "a timeout is at most 56 bytes: with its chunk's header, under 64 per pending");
+_Static_assert(sizeof(struct hwt_timeout) <= 48,
+               "a timeout is at most 48 bytes: 341 and a 16-byte header fill a 16 KiB chunk");
 
 #endif

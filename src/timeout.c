@@ -116,8 +116,8 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     int rc = reserve_pending(timer, stripe);
     if (rc != 0)
         return fail(stripe, rc);
-    const struct hwt__task_pair *pair = NULL;
-    if (cancelled != NULL && (pair = hwt__task_pair(timer, run, cancelled)) == NULL) {
+    uint16_t task;
+    if (!hwt__task_intern(timer, run, cancelled, &task)) {
         hwt__pending_sub(timer, 1);
         return fail(stripe, HWT_ENOMEM);
     }
@@ -127,10 +127,7 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
         hwt__pending_sub(timer, 1);
         return fail(stripe, rc);
     }
-    if (pair != NULL)
-        t->pair = pair;
-    else
-        t->run = run;
+    t->task = task;
     t->arg = arg;
     int64_t deadline = hwt__sat_add(now, delay_ns);
     /* A past deadline fires on the next tick either way; keeping it at "now"
@@ -141,7 +138,8 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     /* The queue's in-flight reference, and the caller's handle. Once queued
      * the timeout may run and be recycled at any moment: not touched again. */
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
-    atomic_store_explicit(&t->state, pair != NULL ? HWT_TO_INIT | HWT_TO_PAIR : HWT_TO_INIT,
+    atomic_store_explicit(&t->state,
+                          cancelled != NULL ? HWT_TO_INIT | HWT_TO_CANCEL_CB : HWT_TO_INIT,
                           memory_order_relaxed);
     if (out != NULL)
         *out = t;
@@ -290,7 +288,7 @@ hwt_timer *hwt_timeout_timer(const hwt_timeout *timeout)
 
 hwt_task_fn hwt_timeout_task(const hwt_timeout *timeout)
 {
-    return timeout != NULL ? hwt__task_run(timeout, atomic_load(&timeout->state)) : NULL;
+    return timeout != NULL ? hwt__task_of(hwt__timer_of(timeout), timeout)->run : NULL;
 }
 
 void *hwt_timeout_arg(const hwt_timeout *timeout)
@@ -321,19 +319,19 @@ void hwt_timeout_run(hwt_timeout *timeout)
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
     hwt__record_lateness(timer, timeout);
-    hwt__task_run(timeout, prev)(timeout, timeout->arg);
+    hwt__task_of(timer, timeout)->run(timeout, timeout->arg);
     hwt__timeout_unref(timeout);
 }
 
 void hwt__run_cancelled_callback(hwt_timeout *timeout)
 {
-    if (atomic_load_explicit(&timeout->state, memory_order_relaxed) & HWT_TO_PAIR)
-        timeout->pair->cancelled(timeout, timeout->arg);
+    if (atomic_load_explicit(&timeout->state, memory_order_relaxed) & HWT_TO_CANCEL_CB)
+        hwt__task_of(hwt__timer_of(timeout), timeout)->cancelled(timeout, timeout->arg);
 }
 
 void hwt__timeout_unref(hwt_timeout *timeout)
 {
-    uint16_t prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
+    uint8_t prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
 #ifdef HWT_DEBUG
     if (prev == 0) { /* caught, reported, and ignored: the memory stays pooled */
         atomic_fetch_add_explicit(&timeout->refs, 1, memory_order_relaxed);

@@ -445,7 +445,7 @@ static void free_timer(hwt_timer *timer)
 {
     hwt__wheel_free(&timer->worker.wheel);
     hwt__pool_destroy(&timer->pool);
-    hwt__task_pairs_free(timer);
+    hwt__tasks_free(timer);
     pthread_mutex_destroy(&timer->tasks_lock);
     pthread_mutex_destroy(&timer->lifecycle_lock);
     pthread_cond_destroy(&timer->lifecycle_cond);

@@ -104,7 +104,7 @@ static size_t process_cancels(hwt_timer *timer)
             n++;
             next = e->next;
             hwt_timeout *t = hwt__timeout_of_stack(e);
-            if (atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_PAIR) {
+            if (atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_CANCEL_CB) {
                 e->next = with_callback;
                 with_callback = e;
             } else {
@@ -424,7 +424,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         }
         if (hwt__deadline_of(t) >= due_before)
             return false;
-        uint32_t next = (state & (HWT_TO_PAIR | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | target;
+        uint32_t next = (state & (HWT_TO_CANCEL_CB | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | target;
         if (atomic_compare_exchange_weak(&t->state, &state, next)) {
             state = next;
             break;
@@ -439,7 +439,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         return true;
     }
     hwt__record_lateness(timer, t);
-    hwt__task_run(t, state)(t, t->arg);
+    hwt__task_of(timer, t)->run(t, t->arg);
     hwt__timeout_unref(t);
     return true;
 }

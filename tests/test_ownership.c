@@ -322,6 +322,114 @@ static void test_null_out_pointer_and_release_null(void **state)
     assert_int_equal(atomic_load(&n), 2);
 }
 
+/* A timeout keeps its task as an index into its timer's table of interned
+ * (run, cancelled) pairs, which grows in blocks of 64, 128, 256... entries.
+ * 100 run functions, each alone and with a cancelled callback, are 200
+ * pairs: three blocks. Two timers see them in opposite orders (different
+ * indices), scheduled alternately (every call misses the thread's one-entry
+ * cache), and each timeout must run, or be cancelled with, its own. */
+#define DISTINCT_RUNS 100
+static atomic_int ran_as[2][DISTINCT_RUNS], cancelled_as[2][DISTINCT_RUNS];
+
+struct task_slot {
+    int timer, slot;
+};
+
+static void note_ran(int fn, void *arg)
+{
+    struct task_slot *s = arg;
+    atomic_store(&ran_as[s->timer][s->slot], fn + 1);
+}
+
+static void note_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct task_slot *s = arg;
+    atomic_store(&cancelled_as[s->timer][s->slot], s->slot + 1);
+}
+
+#define RUN_FN(n)                                                                                  \
+    static void run_fn_##n(hwt_timeout *timeout, void *arg)                                        \
+    {                                                                                              \
+        (void)timeout;                                                                             \
+        note_ran(n, arg);                                                                          \
+    }
+#define TEN_RUN_FNS(d)                                                                             \
+    RUN_FN(d##0)                                                                                   \
+    RUN_FN(d##1) RUN_FN(d##2) RUN_FN(d##3) RUN_FN(d##4) RUN_FN(d##5) RUN_FN(d##6) RUN_FN(d##7)     \
+        RUN_FN(d##8) RUN_FN(d##9)
+#define TEN_RUN_PTRS(d)                                                                            \
+    run_fn_##d##0, run_fn_##d##1, run_fn_##d##2, run_fn_##d##3, run_fn_##d##4, run_fn_##d##5,      \
+        run_fn_##d##6, run_fn_##d##7, run_fn_##d##8, run_fn_##d##9
+TEN_RUN_FNS()
+TEN_RUN_FNS(1)
+TEN_RUN_FNS(2)
+TEN_RUN_FNS(3)
+TEN_RUN_FNS(4)
+TEN_RUN_FNS(5)
+TEN_RUN_FNS(6)
+TEN_RUN_FNS(7)
+TEN_RUN_FNS(8)
+TEN_RUN_FNS(9)
+static const hwt_task_fn run_fns[DISTINCT_RUNS] = {
+    TEN_RUN_PTRS(),  TEN_RUN_PTRS(1), TEN_RUN_PTRS(2), TEN_RUN_PTRS(3), TEN_RUN_PTRS(4),
+    TEN_RUN_PTRS(5), TEN_RUN_PTRS(6), TEN_RUN_PTRS(7), TEN_RUN_PTRS(8), TEN_RUN_PTRS(9)};
+
+static void test_many_distinct_tasks_each_keep_their_own(void **state)
+{
+    (void)state;
+    memset(ran_as, 0, sizeof ran_as);
+    memset(cancelled_as, 0, sizeof cancelled_as);
+    static struct task_slot slots[2][2 * DISTINCT_RUNS];
+    hwt_timer *timers[2] = {hwtt_timer(1, HWT_MILLISECONDS, 64),
+                            hwtt_timer(1, HWT_MILLISECONDS, 64)};
+    hwt_timeout *held[2][2 * DISTINCT_RUNS];
+    for (int k = 0; k < 2 * DISTINCT_RUNS; k++) {
+        for (int tm = 0; tm < 2; tm++) {
+            /* Timer 0 meets the pairs in one order, timer 1 in the reverse. */
+            int i = tm == 0 ? k : 2 * DISTINCT_RUNS - 1 - k;
+            int fn = i % DISTINCT_RUNS;
+            slots[tm][i] = (struct task_slot){tm, fn};
+            if (i < DISTINCT_RUNS) { /* run alone: runs soon */
+                assert_int_equal(hwt_new_timeout(timers[tm], run_fns[fn], &slots[tm][i], 1,
+                                                 HWT_MILLISECONDS, &held[tm][i]),
+                                 0);
+            } else { /* with a cancelled callback: far, cancelled below */
+                hwt_task task = {.run = run_fns[fn], .cancelled = note_cancelled};
+                assert_int_equal(hwt_new_timeout_task(timers[tm], &task, &slots[tm][i], 3600,
+                                                      HWT_SECONDS, &held[tm][i]),
+                                 0);
+            }
+        }
+    }
+    for (int tm = 0; tm < 2; tm++)
+        for (int i = 0; i < 2 * DISTINCT_RUNS; i++) {
+            assert_true(hwt_timeout_task(held[tm][i]) == run_fns[i % DISTINCT_RUNS]);
+            if (i >= DISTINCT_RUNS)
+                assert_true(hwt_timeout_cancel(held[tm][i]));
+        }
+    bool all = hwtt_wait_until(({
+                                   int done = 0;
+                                   for (int tm = 0; tm < 2; tm++)
+                                       for (int fn = 0; fn < DISTINCT_RUNS; fn++)
+                                           done += atomic_load(&ran_as[tm][fn]) != 0 &&
+                                                   atomic_load(&cancelled_as[tm][fn]) != 0;
+                                   done == 2 * DISTINCT_RUNS;
+                               }),
+                               10000);
+    for (int tm = 0; tm < 2; tm++) {
+        for (int i = 0; i < 2 * DISTINCT_RUNS; i++)
+            hwt_timeout_release(held[tm][i]);
+        hwt_timer_destroy(timers[tm]);
+    }
+    assert_true(all);
+    for (int tm = 0; tm < 2; tm++)
+        for (int fn = 0; fn < DISTINCT_RUNS; fn++) {
+            assert_int_equal(atomic_load(&ran_as[tm][fn]), fn + 1); /* its own run function */
+            assert_int_equal(atomic_load(&cancelled_as[tm][fn]), fn + 1);
+        }
+}
+
 /* What a task sees of its own (borrowed) timeout. */
 typedef struct seen {
     atomic_int done;
@@ -601,6 +709,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_out_pointer_and_release_null),
         cmocka_unit_test(test_accessors),
+        cmocka_unit_test(test_many_distinct_tasks_each_keep_their_own),
         cmocka_unit_test(test_handles_valid_after_stop_and_destroy),
         cmocka_unit_test(test_handles_outlive_destroy),
         cmocka_unit_test(test_tasks_schedule_pending_excludes_self),
