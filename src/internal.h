@@ -216,12 +216,14 @@ struct hwt_timer {
     _Atomic uint64_t late_max_ns;
     _Atomic uint64_t refiled; /* timeouts filed again after a reschedule (tests) */
 
-    /* ---- interned tasks (tasks.c) */
-    uint64_t id; /* unique in the process, never 0 */
-    size_t task_count; /* under tasks_lock */
+    /* ---- interned tasks (tasks.c). Read by every schedule (id) and every
+     * run (the blocks), written seldom: on lines of their own, away from
+     * the worker's counters above. */
+    _Alignas(64) uint64_t id; /* unique in the process, never 0 */
     _Atomic(struct hwt__task_pair *) task_blocks[HWT_TASK_BLOCKS];
     _Atomic(struct hwt__task_index *) task_index; /* finds a pair's index */
-    pthread_mutex_t tasks_lock;                   /* held to add one */
+    size_t task_count;                            /* under tasks_lock */
+    _Alignas(64) pthread_mutex_t tasks_lock;      /* held to add one */
 
     /* ---- lifecycle (timer.c, and the worker's side in worker.c): under
      * lifecycle_lock; lifecycle_cond is broadcast on every change. No
