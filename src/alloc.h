@@ -21,18 +21,13 @@ typedef enum {
 /* Returns nonzero to make the allocation at `site` fail. Tests only. */
 typedef int (*hwt__alloc_fail_fn)(hwt__alloc_site site);
 void hwt__set_alloc_fail_hook(hwt__alloc_fail_fn hook);
+/* Whether the test hook fails this allocation (for allocators beside
+ * these: arena.c). */
+int hwt__alloc_should_fail(hwt__alloc_site site);
 
 void *hwt__malloc(hwt__alloc_site site, size_t size);
 void *hwt__calloc(hwt__alloc_site site, size_t count, size_t size);
 void *hwt__aligned_alloc(hwt__alloc_site site, size_t alignment, size_t size);
 void hwt__free(void *p);
-
-/* Page-backed memory aligned to `alignment` (a power of two >= the page
- * size), its pages already faulted in where the kernel can (Linux 5.14+).
- * Memory aligned to a large page (HWT_OS_LARGE_PAGE_BYTES, os.h) is backed
- * by large pages where the system has them. Release with hwt__unmap(p,
- * size). */
-void *hwt__map_aligned(hwt__alloc_site site, size_t size, size_t alignment);
-void hwt__unmap(void *p, size_t size);
 
 #endif

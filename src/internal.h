@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "clock.h"
 #include "hwtimer.h"
 #include "stacks.h"
@@ -52,7 +53,7 @@ enum {
 #define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 
 /* ---- worker-only flags (hwt_timeout.wflags). Whether a timeout is in a
- * wheel bucket, the wheel says (hwt__wheel_linked). */
+ * wheel bucket, hwt__timeout_in_wheel says. */
 enum {
     HWT_W_RELEASED = 1,    /* out of the queue and not in the wheel any more */
     HWT_W_CANCEL_DONE = 2, /* its cancellation was processed (callback called) */
@@ -84,28 +85,31 @@ static inline unsigned hwt__task_block_of(size_t index)
            6 /* log2(HWT_TASKS_FIRST_BLOCK) */;
 }
 
-/* A timeout is its wheel node (wheel.h) and what the timer needs around it.
- * The node's next link is used by one list at a time: the wheel's bucket,
- * the stripe's new-timeout stack, the stop's overflow list or the pool's
- * depot; node.link.prev is non-NULL only while the wheel holds the timeout
- * (the stop's scan of the pool, worker.c, relies on it for free ones too),
- * and node.deadline lives from the producer's write until the timeout is
- * freed. */
+/* A timeout is its wheel node (wheel.h) and what the timer needs around it,
+ * 40 bytes, in its pool's chunks in the arena (arena.h). The node's links
+ * are used by one list at a time: the wheel's bucket, or - as one pointer,
+ * queue_link - the stripe's new-timeout stack, the worker's taken list or
+ * the stop's overflow list. So a timeout is in the wheel only once it is
+ * TRANSFERRED and until it is RELEASED (hwt__timeout_in_wheel); the worker
+ * clears queue_link as it takes a timeout off its taken list. While free, a
+ * timeout that heads a magazine keeps depot_link in arg's place and the
+ * magazine's size in the deadline's (pool.c). node.deadline lives from the
+ * producer's write until the timeout is freed. */
 struct hwt_timeout {
     union {
-        struct hwt__wheel_node node;     /* deadline: ns since the worker started, >= time
-                                            scheduled; links: while in a wheel bucket (worker) */
-        ck_stack_entry_t queue_link;     /* node.link.next's place, while queued: its stripe's
-                                            new-timeout stack; after a stop: its overflow list
-                                            (stopset.c) */
-        struct {                         /* while free, if it heads a magazine (pool.c): */
-            ck_stack_entry_t depot_link; /* in node.link.next's place */
-            void *unused_;               /* node.link.prev's: stays NULL */
-            size_t mag_count;            /* in node.deadline's place */
+        struct hwt__wheel_node node; /* deadline: ns since the worker started, >= time
+                                        scheduled; links: while in a wheel bucket (worker) */
+        ck_stack_entry_t queue_link; /* over node.link: see above */
+        struct {
+            uint64_t link_;   /* node.link's place */
+            size_t mag_count; /* node.deadline's place, while free heading a magazine */
         };
     };
-    ck_stack_entry_t stack_link; /* cancel stack, or the next free one in a magazine */
-    void *arg;
+    ck_stack_entry_t stack_link; /* cancel or moved stack, or the next free one in a magazine */
+    union {
+        void *arg;
+        ck_stack_entry_t depot_link; /* while free, heading a magazine (pool.c) */
+    };
     _Atomic uint32_t state;
     uint16_t task;        /* its (run, cancelled) in the timer's task table (tasks.c) */
     _Atomic uint8_t refs; /* a handle, the queue or wheel, a moved stack, an executor: a few */
@@ -416,6 +420,18 @@ static inline int64_t hwt__deadline_of(const hwt_timeout *t)
     return __atomic_load_n(&t->node.deadline, __ATOMIC_RELAXED);
 }
 
+/* Whether the wheel holds a timeout: the worker's (and the stop's, after
+ * it), on one it has not let go of or on a free one. While queued, the
+ * node's links hold queue_link: only a TRANSFERRED timeout's are the
+ * wheel's, until it is RELEASED. */
+static inline bool hwt__timeout_in_wheel(const hwt_timeout *t)
+{
+    return !(t->wflags & HWT_W_RELEASED) &&
+           (atomic_load_explicit(&((hwt_timeout *)t)->state, memory_order_relaxed) &
+            HWT_TO_TRANSFERRED) &&
+           hwt__wheel_linked(&t->node);
+}
+
 /* worker.c */
 void *hwt__worker_main(void *arg);
 
@@ -444,12 +460,15 @@ static inline hwt_timeout *hwt__timeout_of_node(struct hwt__wheel_node *node)
     return (hwt_timeout *)((char *)node - offsetof(hwt_timeout, node));
 }
 
-_Static_assert(offsetof(hwt_timeout, queue_link) == offsetof(hwt_timeout, node.link.next) &&
-                   offsetof(hwt_timeout, depot_link) == offsetof(hwt_timeout, node.link.next) &&
+_Static_assert(offsetof(hwt_timeout, queue_link) == offsetof(hwt_timeout, node.link) &&
+                   sizeof(ck_stack_entry_t) == sizeof(struct hwt__wheel_link) &&
+                   offsetof(hwt_timeout, depot_link) == offsetof(hwt_timeout, arg) &&
                    offsetof(hwt_timeout, mag_count) == offsetof(hwt_timeout, node.deadline),
-               "the queue and depot links share only the node's next link: the deadline "
-               "survives the queue, and a free timeout never looks linked");
-_Static_assert(sizeof(struct hwt_timeout) <= 48,
-               "a timeout is at most 48 bytes: 341 and a 16-byte header fill a 16 KiB chunk");
+               "queue_link is the node's links; a magazine's head keeps the deadline's and "
+               "the argument's places");
+_Static_assert(sizeof(struct hwt_timeout) <= 40,
+               "a timeout is at most 40 bytes: 409 and a 24-byte header fill a 16 KiB chunk");
+_Static_assert(sizeof(struct hwt_timeout) % HWT_ARENA_UNIT == 0,
+               "timeouts are 8-aligned: a ref reaches each (arena.h)");
 
 #endif

@@ -26,7 +26,8 @@
  *                  touched). Taking a magazine is O(1). Freed timeouts go
  *                  out before never-used ones (their memory is more likely
  *                  cached).
- *   regions        1 to 128 chunks of 16 KiB, mapped at once. Each thread's
+ *   regions        1 to 128 chunks of 16 KiB, mapped at once, in the arena
+ *                  (arena.h: the wheel links timeouts by 32-bit refs). Each thread's
  *                  regions double from one chunk up to 2 MiB, so a thread
  *                  that schedules little holds little and a busy one maps
  *                  few regions. A region hands out its never-used chunks one
@@ -38,10 +39,10 @@
  *                  is handed out.
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
- * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 340 = 468 timeouts (22 KiB), for one
+ * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
  * timer at a time. Each cached timeout keeps its region mapped; timeouts
  * freed together were mostly allocated together, so that is one or two
- * regions in practice (468 at worst).
+ * regions in practice (537 at worst).
  *
  * The timer's reference count holds one reference per timeout outside the
  * depot (cached or in use), so its memory outlives every cached or used
@@ -92,6 +93,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "arena.h"
 #include "internal.h"
 
 #define MAG_SIZE HWT_POOL_MAG_SIZE
@@ -338,7 +340,7 @@ static void release_regions(struct hwt__region *gone)
 {
     while (gone != NULL) {
         struct hwt__region *next = gone->gone;
-        hwt__unmap(gone->base, gone->bytes);
+        hwt__arena_unmap(gone->base, gone->bytes);
         hwt__free(gone);
         gone = next;
     }
@@ -430,20 +432,19 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
     size_t bytes = c->region_bytes == 0                         ? HWT_TIMEOUT_CHUNK_BYTES
                    : c->region_bytes * 2 > HWT_MAX_REGION_BYTES ? HWT_MAX_REGION_BYTES
                                                                 : c->region_bytes * 2;
-    /* A full-size region is aligned to its size, so that it can be one large
-     * page (alloc.c): one TLB entry instead of 512. Timeouts are reused in
-     * the order they were freed, from all over the pool, and the worker
-     * walks them in the order they were queued: with a million pending, TLB
-     * misses on small pages were most of what a schedule or a churn pair
-     * cost (bench/README.md, "Large pages"). */
-    size_t align = bytes == HWT_MAX_REGION_BYTES ? bytes : HWT_TIMEOUT_CHUNK_BYTES;
-    char *base = hwt__map_aligned(HWT_SITE_TIMEOUT_POOL, bytes, align);
+    /* Regions are aligned to their size (arena.c), so that a full-size one
+     * can be one large page: one TLB entry instead of 512. Timeouts are
+     * reused in the order they were freed, from all over the pool, and the
+     * worker walks them in the order they were queued: with a million
+     * pending, TLB misses on small pages were most of what a schedule or a
+     * churn pair cost (bench/README.md, "Large pages"). */
+    char *base = hwt__arena_map(HWT_SITE_TIMEOUT_POOL, bytes, true);
     if (base == NULL)
         return false;
     struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);
     if (r == NULL) {
         hwt__free(r);
-        hwt__unmap(base, bytes);
+        hwt__arena_unmap(base, bytes);
         return false;
     }
     memset(r, 0, sizeof *r);
@@ -492,7 +493,7 @@ void hwt__pool_destroy(struct hwt__pool *pool)
     struct hwt__region *r = pool->regions[HWT_REGIONS_ALL];
     while (r != NULL) {
         struct hwt__region *next = r->links[HWT_REGIONS_ALL].next;
-        hwt__unmap(r->base, r->bytes);
+        hwt__arena_unmap(r->base, r->bytes);
         hwt__free(r);
         r = next;
     }

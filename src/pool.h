@@ -5,8 +5,9 @@
  *
  * Timeouts live in aligned 16 KiB chunks whose header names their timer (so
  * a timeout finds its timer without storing a pointer) and their region:
- * chunks come in regions of up to 2 MiB, mapped on demand and unmapped when
- * every timeout in them is free again (pool.c says when and why it is safe).
+ * chunks come in regions of up to 2 MiB, mapped on demand in the arena
+ * (arena.h) and given back when every timeout in them is free again (pool.c
+ * says when and why it is safe).
  * Any thread may allocate or free.
  */
 #ifndef HWT_POOL_H
@@ -82,8 +83,8 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 /* Scanning every timeout of a pool, in memory order (free ones too): for the
  * final drain, when no thread can allocate from the pool any more (other
  * threads may still free; `fn` may free too). No region goes back to the
- * system during the scan. A free timeout is not linked in the wheel (its
- * node's prev stays NULL while free). */
+ * system during the scan. A free timeout is not in the wheel
+ * (hwt__timeout_in_wheel says so: it was RELEASED, or never TRANSFERRED). */
 size_t hwt__pool_capacity(struct hwt__pool *pool);
 void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
                         void *ctx);

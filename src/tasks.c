@@ -1,7 +1,7 @@
 /*
  * tasks.c - interned (run, cancelled) pairs, so that a timeout stores a
- * 16-bit index instead of a function pointer: 8 bytes of every timeout (a
- * timeout is 48 bytes, see internal.h). A program has few distinct pairs;
+ * 16-bit index instead of a function pointer: 6 bytes of every timeout (a
+ * timeout is 40 bytes, see internal.h). A program has few distinct pairs;
  * each timer keeps its own, append-only, until its memory is freed.
  *
  * Any thread reads without a lock; additions take the timer's tasks_lock.

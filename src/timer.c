@@ -109,7 +109,9 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
  * are gone too. A new generation makes every inherited timer stopped (see
  * hwt__inherited: calls on it touch neither its locks nor its memory), the
  * forking thread is nobody's worker any more, and its cached timeouts (of
- * an inherited timer) are dropped. The handlers are registered once, by the
+ * an inherited timer) are dropped. The arena (arena.h), which the child's
+ * new timers share with the inherited ones, is not forked in the middle of
+ * a change. The handlers are registered once, by the
  * first hwt_timer_create; getpid() would be a system call per schedule. */
 static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool atfork_registered;
@@ -118,6 +120,7 @@ static void after_fork_in_child(void)
 {
     atomic_fetch_add(&hwt__fork_generation, 1);
     hwt__current_worker = NULL;
+    hwt__arena_after_fork_in_child();
     hwt__pool_after_fork_in_child();
     pthread_mutex_init(&atfork_lock, NULL); /* a thread that held it is gone */
 }
@@ -125,7 +128,9 @@ static void after_fork_in_child(void)
 static int register_atfork(void)
 {
     pthread_mutex_lock(&atfork_lock);
-    if (!atfork_registered && pthread_atfork(NULL, NULL, after_fork_in_child) == 0)
+    if (!atfork_registered &&
+        pthread_atfork(hwt__arena_before_fork, hwt__arena_after_fork_in_parent,
+                       after_fork_in_child) == 0)
         atfork_registered = true;
     bool ok = atfork_registered;
     pthread_mutex_unlock(&atfork_lock);

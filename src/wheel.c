@@ -62,17 +62,19 @@
  * only swaps the arrays' roles; what arrived late is moved at once, as before.
  *
  * Lists: each bucket is the sentinel of a circular doubly linked list of its
- * nodes (empty: {NULL, NULL}, so a zeroed bucket array is empty and a huge
- * level 0 stays untouched zero pages). A node records neither its bucket nor
- * its level: unlinking splices its neighbours, and only a node alone in its
- * bucket has prev == next - that is the bucket, whose level and slot follow
- * from its address, to clear its occupancy bit. So a node is two links and a
- * deadline, 24 bytes, and an object embedding it pays nothing more for the
- * wheel. The price: an unlink from the middle of an upper slot's list does
- * not know the slot, so the slot's count, which only paces its pre-cascade,
- * is an upper bound (reset when the slot empties). An inflated count makes a
- * pass move more of the slot sooner, never fewer than the exact count would:
- * the slot is still empty by its start, and the total work is the same.
+ * nodes (empty: {0, 0}, so a zeroed bucket array is empty and a huge level 0
+ * stays untouched zero pages). Links are 32-bit refs into the arena
+ * (arena.h), where nodes and buckets live: following one is a shift and an
+ * add. A node records neither its bucket nor its level: unlinking splices
+ * its neighbours, and only a node alone in its bucket has prev == next -
+ * that is the bucket, whose level and slot follow from its address, to
+ * clear its occupancy bit. So a node is two refs and a deadline, 16 bytes,
+ * and an object embedding it pays nothing more for the wheel. The price: an
+ * unlink from the middle of an upper slot's list does not know the slot, so
+ * the slot's count, which only paces its pre-cascade, is an upper bound
+ * (reset when the slot empties). An inflated count makes a pass move more
+ * of the slot sooner, never fewer than the exact count would: the slot is
+ * still empty by its start, and the total work is the same.
  *
  * Refiling: the owner may move a deadline later without touching the wheel
  * and refile the node when its old tick hands it back (the advance callback
@@ -96,6 +98,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "arena.h"
 
 #define LEVEL0_SCAN_WORDS 1024 /* at most 65536 buckets scanned per next-event query */
 
@@ -130,22 +133,29 @@ bool hwt__wheel_init(struct hwt__wheel *wheel, uint32_t ticks_per_wheel, int64_t
     }
     set_cur(wheel, 0);
     wheel->occ0_words = (ticks_per_wheel + 63) / 64;
-    /* calloc: a huge wheel's untouched buckets stay untouched zero pages. */
-    for (int i = 0; i < 2; i++) {
-        wheel->level0[i] = hwt__calloc(HWT_SITE_WHEEL, ticks_per_wheel, sizeof *wheel->level0[i]);
+    /* Buckets are link targets: in the arena. Not faulted in: a huge
+     * wheel's untouched buckets stay untouched zero pages. */
+    wheel->upper =
+        hwt__arena_map(HWT_SITE_WHEEL, HWT_MAX_UPPER_LEVELS * sizeof *wheel->upper, false);
+    wheel->level0_bytes = 2 * (size_t)ticks_per_wheel * sizeof(struct hwt__wheel_link);
+    wheel->level0[0] = hwt__arena_map(HWT_SITE_WHEEL, wheel->level0_bytes, false);
+    wheel->level0[1] = wheel->level0[0] != NULL ? wheel->level0[0] + ticks_per_wheel : NULL;
+    for (int i = 0; i < 2; i++)
         wheel->occ0[i] = hwt__calloc(HWT_SITE_WHEEL, wheel->occ0_words, sizeof *wheel->occ0[i]);
-        if (wheel->level0[i] == NULL || wheel->occ0[i] == NULL) {
-            hwt__wheel_free(wheel);
-            return false;
-        }
+    if (wheel->upper == NULL || wheel->level0[0] == NULL || wheel->occ0[0] == NULL ||
+        wheel->occ0[1] == NULL) {
+        hwt__wheel_free(wheel);
+        return false;
     }
     return true;
 }
 
 void hwt__wheel_free(struct hwt__wheel *wheel)
 {
+    hwt__arena_unmap(wheel->upper, HWT_MAX_UPPER_LEVELS * sizeof *wheel->upper);
+    hwt__arena_unmap(wheel->level0[0], wheel->level0_bytes);
+    wheel->upper = NULL;
     for (int i = 0; i < 2; i++) {
-        hwt__free(wheel->level0[i]);
         hwt__free(wheel->occ0[i]);
         wheel->level0[i] = NULL;
         wheel->occ0[i] = NULL;
@@ -250,7 +260,7 @@ static struct slot_ref bucket_ref(const struct hwt__wheel *wheel,
     struct hwt__wheel *w = (struct hwt__wheel *)wheel;
     uintptr_t a = (uintptr_t)link;
     uintptr_t upper = (uintptr_t)&w->upper[0][0][0];
-    if (a - upper < sizeof w->upper) {
+    if (a - upper < HWT_MAX_UPPER_LEVELS * sizeof *w->upper) {
         size_t i = (size_t)(a - upper) / sizeof(struct hwt__wheel_link);
         *level = (uint32_t)(i / (2 * HWT_LEVEL_SLOTS)) + 1;
         return upper_ref(w, *level, (int)(i / HWT_LEVEL_SLOTS % 2),
@@ -272,6 +282,17 @@ static struct hwt__wheel_node *node_of(struct hwt__wheel_link *link)
     return (struct hwt__wheel_node *)link; /* the link is the node's first member */
 }
 
+/* A link's target, and a link's ref (arena.h). */
+static struct hwt__wheel_link *at(hwt__ref ref)
+{
+    return hwt__arena_at(ref);
+}
+
+static hwt__ref ref_of(const struct hwt__wheel_link *link)
+{
+    return hwt__arena_ref(link);
+}
+
 static bool occupied(struct slot_ref ref)
 {
     return (*ref.occ_word & ref.occ_bit) != 0;
@@ -280,14 +301,15 @@ static bool occupied(struct slot_ref ref)
 static void bucket_append(struct slot_ref ref, struct hwt__wheel_node *node)
 {
     struct hwt__wheel_link *b = ref.bucket;
+    hwt__ref bucket = ref_of(b), linked = ref_of(&node->link);
     if (!occupied(ref)) {
         *ref.occ_word |= ref.occ_bit;
-        b->next = b->prev = b;
+        b->next = b->prev = bucket;
     }
-    node->link.next = b;
+    node->link.next = bucket;
     node->link.prev = b->prev;
-    b->prev->next = &node->link;
-    b->prev = &node->link;
+    at(b->prev)->next = linked;
+    b->prev = linked;
     if (ref.count != NULL)
         (*ref.count)++;
 }
@@ -295,7 +317,7 @@ static void bucket_append(struct slot_ref ref, struct hwt__wheel_node *node)
 /* Marks a bucket empty (its nodes are gone or being taken). */
 static void bucket_reset(struct slot_ref ref)
 {
-    ref.bucket->next = ref.bucket->prev = NULL;
+    ref.bucket->next = ref.bucket->prev = 0;
     *ref.occ_word &= ~ref.occ_bit;
     if (ref.count != NULL)
         *ref.count = 0;
@@ -305,7 +327,7 @@ static void bucket_reset(struct slot_ref ref)
  * the last one's next is still the bucket's address, which ends the walk. */
 static struct hwt__wheel_link *bucket_take(struct slot_ref ref)
 {
-    struct hwt__wheel_link *first = ref.bucket->next;
+    struct hwt__wheel_link *first = at(ref.bucket->next);
     bucket_reset(ref);
     return first;
 }
@@ -346,31 +368,31 @@ void hwt__wheel_place(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 
 void hwt__wheel_unlink(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 {
-    struct hwt__wheel_link *prev = node->link.prev, *next = node->link.next;
+    hwt__ref prev = node->link.prev, next = node->link.next;
     if (prev == next) { /* alone: both are its bucket */
         uint32_t level;
-        bucket_reset(bucket_ref(wheel, prev, &level));
+        bucket_reset(bucket_ref(wheel, at(prev), &level));
     } else {
-        prev->next = next;
-        next->prev = prev;
+        at(prev)->next = next;
+        at(next)->prev = prev;
     }
-    node->link.next = node->link.prev = NULL;
+    node->link.next = node->link.prev = 0;
     wheel->count--;
 }
 
 /* Unlinks the first node of a non-empty upper slot. */
 static struct hwt__wheel_node *slot_pop(struct hwt__wheel *wheel, struct slot_ref ref)
 {
-    struct hwt__wheel_link *b = ref.bucket, *first = b->next;
-    if (first->next == b) {
+    struct hwt__wheel_link *b = ref.bucket, *first = at(b->next);
+    if (at(first->next) == b) {
         bucket_reset(ref);
     } else {
         b->next = first->next;
-        first->next->prev = b;
+        at(first->next)->prev = ref_of(b);
         (*ref.count)--;
     }
     wheel->count--;
-    first->next = first->prev = NULL;
+    first->next = first->prev = 0;
     return node_of(first);
 }
 
@@ -383,7 +405,7 @@ static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
     struct hwt__wheel_link *end = ref.bucket;
     struct hwt__wheel_link *link = bucket_take(ref);
     while (link != end) { /* nothing is placed back into this slot: below it */
-        struct hwt__wheel_link *next = link->next;
+        struct hwt__wheel_link *next = at(link->next);
         wheel->count--;
         place_below(wheel, node_of(link), level - 1);
         link = next;
@@ -540,9 +562,9 @@ static void expire_bucket(struct hwt__wheel *wheel, struct slot_ref ref, hwt__wh
     struct hwt__wheel_link *end = ref.bucket;
     struct hwt__wheel_link *link = bucket_take(ref);
     while (link != end) {
-        struct hwt__wheel_link *next = link->next;
+        struct hwt__wheel_link *next = at(link->next);
         struct hwt__wheel_node *node = node_of(link);
-        link->next = link->prev = NULL;
+        link->next = link->prev = 0;
         wheel->count--;
         if (due(ctx, node) == HWT_WHEEL_REFILE)
             hwt__wheel_place(wheel, node);
@@ -586,8 +608,8 @@ static void drain_all(struct hwt__wheel *wheel, hwt__wheel_drain_fn fn, void *ct
                     struct hwt__wheel_link *end = ref.bucket;
                     struct hwt__wheel_link *link = bucket_take(ref);
                     while (fn != NULL && link != end) {
-                        struct hwt__wheel_link *next = link->next;
-                        link->next = link->prev = NULL;
+                        struct hwt__wheel_link *next = at(link->next);
+                        link->next = link->prev = 0;
                         wheel->count--;
                         fn(ctx, node_of(link));
                         link = next;
@@ -606,7 +628,7 @@ void hwt__wheel_drain(struct hwt__wheel *wheel, hwt__wheel_drain_fn fn, void *ct
 
 void hwt__wheel_forget(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 {
-    node->link.next = node->link.prev = NULL;
+    node->link.next = node->link.prev = 0;
     wheel->count--;
 }
 
@@ -619,20 +641,21 @@ void hwt__wheel_clear(struct hwt__wheel *wheel)
 
 /* Each node of bucket b (level `level`) must be linked to its neighbours
  * both ways, in the bucket where its due tick and level put it, and placed
- * as (I1) says; an empty bucket is {NULL, NULL}. *len: its nodes. */
+ * as (I1) says; an empty bucket is {0, 0}. *len: its nodes. */
 static bool check_bucket(const struct hwt__wheel *wheel, struct slot_ref ref, uint32_t level,
                          size_t *seen, size_t *len)
 {
     const struct hwt__wheel_link *b = ref.bucket;
     *len = 0;
     if (!occupied(ref))
-        return b->next == NULL && b->prev == NULL && (ref.count == NULL || *ref.count == 0);
-    if (b->next == NULL || b->next == b)
+        return b->next == 0 && b->prev == 0 && (ref.count == NULL || *ref.count == 0);
+    if (b->next == 0 || at(b->next) == b)
         return false;
     uint64_t cur_range = range_of(wheel, wheel->cur, level);
     const struct hwt__wheel_link *prev = b;
-    for (const struct hwt__wheel_link *l = b->next; l != b; prev = l, l = l->next) {
-        if (l == NULL || l->prev != prev || *seen >= wheel->count) /* a cycle counts too many */
+    for (hwt__ref r = b->next; at(r) != b; prev = at(r), r = at(r)->next) {
+        const struct hwt__wheel_link *l = at(r);
+        if (r == 0 || at(l->prev) != prev || *seen >= wheel->count) /* a cycle counts too many */
             return false;
         int64_t due = effective_due(wheel, (const struct hwt__wheel_node *)l);
         if (slot_at((struct hwt__wheel *)wheel, level, due).bucket != b)
@@ -645,7 +668,7 @@ static bool check_bucket(const struct hwt__wheel *wheel, struct slot_ref ref, ui
         (*seen)++;
         (*len)++;
     }
-    return b->prev == prev && (ref.count == NULL || *ref.count >= *len);
+    return at(b->prev) == prev && (ref.count == NULL || *ref.count >= *len);
 }
 
 bool hwt__wheel_check(const struct hwt__wheel *wheel)
@@ -678,8 +701,8 @@ int hwt__wheel_level_of(const struct hwt__wheel *wheel, const struct hwt__wheel_
     if (!hwt__wheel_linked(node))
         return -1;
     uint32_t level;
-    const struct hwt__wheel_link *l = node->link.next;
+    const struct hwt__wheel_link *l = at(node->link.next);
     while (bucket_ref(wheel, l, &level).bucket == NULL)
-        l = l->next;
+        l = at(l->next);
     return (int)level;
 }

@@ -14,22 +14,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
+
 #define HWT_LEVEL_BITS 6
 #define HWT_LEVEL_SLOTS 64
 #define HWT_MAX_UPPER_LEVELS 11 /* enough for 63-bit tick numbers with a 1-bucket wheel */
 
-/* A link of a circular doubly linked list. A bucket is one too: the
- * sentinel of its list when it holds nodes, {NULL, NULL} when empty (so
- * that zeroed memory is a wheel of empty buckets). */
+/* A link of a circular doubly linked list, as refs into the arena
+ * (arena.h): every node and bucket lives there. A bucket is a link too: the
+ * sentinel of its list when it holds nodes, {0, 0} when empty (so that
+ * zeroed memory is a wheel of empty buckets). */
 struct hwt__wheel_link {
-    struct hwt__wheel_link *next, *prev;
+    hwt__ref next, prev;
 };
 
-/* What the wheel files: embed it in your object (24 bytes). The wheel
- * writes `link` and reads `deadline`; `deadline` is the owner's, and may
- * change only while the node is not linked (or inside the advance callback,
- * see hwt__wheel_advance). While not linked, link.prev is NULL and link.next
- * is free for the owner's use (a queue link, say). */
+/* What the wheel files: embed it in your object, in the arena (16 bytes).
+ * The wheel writes `link` and reads `deadline`; `deadline` is the owner's,
+ * and may change only while the node is not linked (or inside the advance
+ * callback, see hwt__wheel_advance). While not linked, link.prev is 0. */
 struct hwt__wheel_node {
     struct hwt__wheel_link link; /* first: a link is its node */
     int64_t deadline;            /* in the wheel's time unit (ns): due at tick deadline / tick */
@@ -52,10 +54,11 @@ struct hwt__wheel {
     /* Every level exists twice: for cur's range at that level and the next
      * range, in the arrays named by the range number's parity. Level 0's
      * range is a block (2^bits0 buckets). */
-    struct hwt__wheel_link *level0[2];
+    struct hwt__wheel_link *level0[2]; /* in one arena mapping, level0_bytes */
+    size_t level0_bytes;
     uint64_t *occ0[2]; /* one bit per level-0 bucket: non-empty */
     size_t occ0_words;
-    struct hwt__wheel_link upper[HWT_MAX_UPPER_LEVELS][2][HWT_LEVEL_SLOTS];
+    struct hwt__wheel_link (*upper)[2][HWT_LEVEL_SLOTS]; /* [HWT_MAX_UPPER_LEVELS], in the arena */
     /* Paces the pre-cascade: at least the slot's nodes, 0 when it is empty
      * (an unlink from the middle of a list does not know its slot, see
      * wheel.c). */
@@ -86,7 +89,7 @@ void hwt__wheel_free(struct hwt__wheel *wheel);
  * zeroed, not). */
 static inline bool hwt__wheel_linked(const struct hwt__wheel_node *node)
 {
-    return node->link.prev != NULL;
+    return node->link.prev != 0;
 }
 
 /* Links a node (not linked) into the bucket of tick floor(deadline/tick),

@@ -63,7 +63,7 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
 static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
 {
     t->wflags |= HWT_W_CANCEL_DONE;
-    if (hwt__wheel_linked(&t->node)) {
+    if (hwt__timeout_in_wheel(t)) {
         hwt__wheel_unlink(&timer->worker.wheel, &t->node);
         t->wflags |= HWT_W_RELEASED;
         hwt__run_cancelled_callback(t);
@@ -127,7 +127,7 @@ static size_t process_cancels(hwt_timer *timer)
  * stack already (MOVED), whose entry will do the same. */
 static void defer_moved(hwt_timer *timer, hwt_timeout *t)
 {
-    if (hwt__wheel_linked(&t->node))
+    if (hwt__timeout_in_wheel(t))
         hwt__wheel_unlink(&timer->worker.wheel, &t->node);
     t->wflags |= HWT_W_DEFERRED;
     if (atomic_fetch_or(&t->state, HWT_TO_MOVED) & HWT_TO_MOVED)
@@ -173,7 +173,7 @@ static void process_moved(hwt_timer *timer, bool stopping)
                 } else if (s & HWT_TO_BUSY) {
                     defer_moved(timer, t); /* its own reference */
                 } else {
-                    if (hwt__wheel_linked(&t->node))
+                    if (hwt__timeout_in_wheel(t))
                         hwt__wheel_unlink(&timer->worker.wheel, &t->node);
                     t->wflags &= (uint8_t)~HWT_W_DEFERRED;
                     hwt__wheel_place(&timer->worker.wheel, &t->node);
@@ -340,6 +340,7 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
         e = reverse_live(timer, i, hwt__stack_take_all_upmc(&stripe->queue), soon_before, dropped);
     }
     timer->worker.taken[i] = e->next;
+    e->next = NULL; /* the node's links: not in the wheel (hwt__timeout_in_wheel) */
     if (timer->worker.taken_soon[i] > 0)
         timer->worker.taken_soon[i]--;
     return hwt__timeout_of_queue_link(e);
@@ -613,11 +614,12 @@ static void take_queues_for_stop(hwt_timer *timer)
 }
 
 /* For each timeout of the pool (a scan in memory order, free ones too: a
- * free timeout's node is not linked): takes those the wheel holds. */
+ * free one is RELEASED or was never TRANSFERRED): takes those the wheel
+ * holds. */
 static void take_if_in_wheel(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
-    if (hwt__wheel_linked(&t->node)) {
+    if (hwt__timeout_in_wheel(t)) {
         hwt__wheel_forget(&timer->worker.wheel, &t->node);
         take_for_stop(timer, t);
     }

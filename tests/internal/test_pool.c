@@ -457,7 +457,7 @@ static void release_all_then_count(void *p, hwt_timeout *t)
             hwt_timeout_release(ctx->handles[i]);
         ctx->capacity_during = hwt__pool_capacity(&ctx->timer->pool);
     }
-    ctx->linked += hwt__wheel_linked(&t->node); /* reads the timeout */
+    ctx->linked += hwt__timeout_in_wheel(t); /* reads the timeout */
 }
 
 static void test_no_region_goes_back_during_a_scan(void **state)

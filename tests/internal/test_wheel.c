@@ -109,9 +109,17 @@ static int64_t random_deadline(int64_t cur, uint32_t wheel_len)
     }
 }
 
+/* Zeroed memory in the arena, where the wheel's nodes must live (wheel.h). */
+static void *arena_zalloc(size_t size)
+{
+    void *p = hwt__arena_map(HWT_SITE_WHEEL, size, false);
+    assert_non_null(p);
+    return p;
+}
+
 static struct model *model_new(uint32_t wheel_len)
 {
-    struct model *m = calloc(1, sizeof *m); /* zeroed nodes: not linked */
+    struct model *m = arena_zalloc(sizeof *m); /* zeroed nodes: not linked */
     assert_non_null(m);
     assert_true(hwt__wheel_init(&m->wheel, wheel_len, 1));
     for (size_t i = 0; i < N_TIMEOUTS; i++)
@@ -122,7 +130,7 @@ static struct model *model_new(uint32_t wheel_len)
 static void model_free(struct model *m)
 {
     hwt__wheel_free(&m->wheel);
-    free(m);
+    hwt__arena_unmap(m, sizeof *m);
 }
 
 static void model_place(struct model *m, size_t i, int64_t deadline)
@@ -547,9 +555,10 @@ static void test_far_timeout_not_rescanned(void **state)
 {
     (void)state;
     struct hwt__wheel w;
-    struct hwt__wheel_node node = {{NULL, NULL}, 60000}; /* ~117 revolutions of 512 ticks */
+    struct hwt__wheel_node *far = arena_zalloc(sizeof *far);
+    far->deadline = 60000; /* ~117 revolutions of 512 ticks */
     assert_true(hwt__wheel_init(&w, 512, 1));
-    hwt__wheel_place(&w, &node);
+    hwt__wheel_place(&w, far);
     int wakeups = 0, fired = 0;
     while (fired == 0 && wakeups < 1000) {
         int64_t next = hwt__wheel_next_event(&w);
@@ -565,6 +574,7 @@ static void test_far_timeout_not_rescanned(void **state)
      * tick; far fewer than 117 */
     assert_true(wakeups <= 4);
     hwt__wheel_free(&w);
+    hwt__arena_unmap(far, sizeof *far);
 }
 
 /* Nodes due at the same tick keep their placement order across cascades. */
@@ -699,7 +709,7 @@ static void test_refile_from_advance(void **state)
     (void)state;
     const int64_t tick = 1000;
     struct hwt__wheel w;
-    struct hwt__wheel_node nodes[5] = {{{NULL, NULL}, 0}};
+    struct hwt__wheel_node *nodes = arena_zalloc(5 * sizeof *nodes);
     assert_true(hwt__wheel_init(&w, 8, tick));
     /* 1: within its tick; 2: to the next tick, behind 4; 3: far, to an upper level. */
     struct refile_log log = {.wheel = &w,
@@ -733,6 +743,7 @@ static void test_refile_from_advance(void **state)
     assert_int_equal(log.tick[7], 100000);
     assert_int_equal(w.count, 0);
     hwt__wheel_free(&w);
+    hwt__arena_unmap(nodes, 5 * sizeof *nodes);
 }
 
 /* The random model with a callback that refiles a share of the nodes due

@@ -1,0 +1,117 @@
+/*
+ * test_arena.c - the arena behind 32-bit refs (arena.c): maps are aligned to
+ * their size up to a large page, zeroed, reachable by ref both ways, and
+ * their addresses are reused once given back; a failed map changes nothing.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+static size_t expected_alignment(size_t size)
+{
+    size_t a = HWT_ARENA_BLOCK_BYTES;
+    while (a < size && a < HWT_ARENA_SLOT_BYTES)
+        a *= 2;
+    return a;
+}
+
+static void check_map(char *p, size_t size)
+{
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % expected_alignment(size), 0);
+    assert_true(p > hwt__arena_base);
+    assert_true((size_t)(p - hwt__arena_base) + size <= hwt__arena_bytes());
+    for (size_t off = 0; off < size; off += 4096)
+        assert_int_equal(p[off], 0);
+    assert_int_equal(p[size - 1], 0);
+    /* A ref names an 8-byte unit: every one of the map's comes back. */
+    size_t step =
+        size / 8 < HWT_ARENA_UNIT ? HWT_ARENA_UNIT : size / 8 / HWT_ARENA_UNIT * HWT_ARENA_UNIT;
+    for (size_t off = 0; off < size; off += step) {
+        hwt__ref r = hwt__arena_ref(p + off);
+        assert_int_not_equal(r, 0);
+        assert_ptr_equal(hwt__arena_at(r), p + off);
+    }
+    memset(p, 0xa5, size);
+}
+
+static void test_maps_are_aligned_zeroed_and_reachable_by_ref(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1,      8192,   16384,   20000,         32768,   65536,  131072,
+                                   262144, 524288, 1 << 20, (1 << 20) + 1, 2 << 20, 5 << 20};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    char *maps[N];
+    for (size_t i = 0; i < N; i++) {
+        maps[i] = hwt__arena_map(HWT_SITE_WHEEL, sizes[i], i % 2 == 0);
+        check_map(maps[i], sizes[i]);
+    }
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = i + 1; j < N; j++) /* disjoint */
+            assert_true(maps[i] + sizes[i] <= maps[j] || maps[j] + sizes[j] <= maps[i]);
+    for (size_t i = 0; i < N; i++)
+        hwt__arena_unmap(maps[i], sizes[i]);
+}
+
+static void test_given_back_addresses_are_reused_zeroed(void **state)
+{
+    (void)state;
+    for (size_t size = HWT_ARENA_BLOCK_BYTES; size <= 2 * HWT_ARENA_SLOT_BYTES; size *= 2) {
+        char *a = hwt__arena_map(HWT_SITE_WHEEL, size, true);
+        check_map(a, size); /* and writes to it */
+        hwt__arena_unmap(a, size);
+        char *b = hwt__arena_map(HWT_SITE_WHEEL, size, true);
+        assert_ptr_equal(b, a); /* the first free place of its size */
+        check_map(b, size);     /* zeroed again */
+        hwt__arena_unmap(b, size);
+    }
+    /* A slot cut into pieces is whole again once they are all back: 128
+     * pieces of 16 KiB fill one; given back, a 2 MiB map can take it. */
+    enum { PIECES = HWT_ARENA_SLOT_BYTES / HWT_ARENA_BLOCK_BYTES };
+    char *pieces[PIECES];
+    char *lowest = NULL;
+    for (size_t i = 0; i < PIECES; i++) {
+        pieces[i] = hwt__arena_map(HWT_SITE_WHEEL, HWT_ARENA_BLOCK_BYTES, false);
+        assert_non_null(pieces[i]);
+        if (lowest == NULL || pieces[i] < lowest)
+            lowest = pieces[i];
+    }
+    assert_int_equal((uintptr_t)lowest % HWT_ARENA_SLOT_BYTES, 0);
+    for (size_t i = 0; i < PIECES; i++)
+        hwt__arena_unmap(pieces[i], HWT_ARENA_BLOCK_BYTES);
+    char *slot = hwt__arena_map(HWT_SITE_WHEEL, HWT_ARENA_SLOT_BYTES, false);
+    assert_ptr_equal(slot, lowest);
+    hwt__arena_unmap(slot, HWT_ARENA_SLOT_BYTES);
+}
+
+static int fail_wheel_site(hwt__alloc_site site)
+{
+    return site == HWT_SITE_WHEEL;
+}
+
+static void test_a_failed_map_changes_nothing(void **state)
+{
+    (void)state;
+    char *before = hwt__arena_map(HWT_SITE_WHEEL, HWT_ARENA_BLOCK_BYTES, false);
+    hwt__arena_unmap(before, HWT_ARENA_BLOCK_BYTES);
+    hwt__set_alloc_fail_hook(fail_wheel_site);
+    assert_null(hwt__arena_map(HWT_SITE_WHEEL, HWT_ARENA_BLOCK_BYTES, false));
+    hwt__set_alloc_fail_hook(NULL);
+    char *after = hwt__arena_map(HWT_SITE_WHEEL, HWT_ARENA_BLOCK_BYTES, false);
+    assert_ptr_equal(after, before);
+    hwt__arena_unmap(after, HWT_ARENA_BLOCK_BYTES);
+    /* More than the whole arena: refused. */
+    assert_null(hwt__arena_map(HWT_SITE_WHEEL, hwt__arena_bytes() + 1, false));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_maps_are_aligned_zeroed_and_reachable_by_ref),
+        cmocka_unit_test(test_given_back_addresses_are_reused_zeroed),
+        cmocka_unit_test(test_a_failed_map_changes_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
