@@ -27,10 +27,10 @@
  *                  out before never-used ones (their memory is more likely
  *                  cached).
  *   regions        1 to 128 chunks of 16 KiB, mapped at once, in the arena
- *                  (arena.h: the wheel links timeouts by 32-bit refs). Each thread's
- *                  regions double from one chunk up to 2 MiB, so a thread
- *                  that schedules little holds little and a busy one maps
- *                  few regions. A region hands out its never-used chunks one
+ *                  (arena.h: the wheel links timeouts by 32-bit refs).
+ *                  Each thread's regions double from one chunk up to 2 MiB,
+ *                  so a thread that schedules little holds little and a
+ *                  busy one maps few regions. A region hands out its never-used chunks one
  *                  at a time, in address order, to the thread that mapped
  *                  it, or to any once that thread has let go of it (a
  *                  thread does not write into another's region while both
