@@ -27,16 +27,16 @@
  *                  out before never-used ones (their memory is more likely
  *                  cached).
  *   regions        1 to 128 chunks of 16 KiB, mapped at once, in the arena
- *                  (arena.h: the wheel links timeouts by 32-bit refs).
- *                  Each thread's regions double from one chunk up to 2 MiB,
- *                  so a thread that schedules little holds little and a
- *                  busy one maps few regions. A region hands out its never-used chunks one
- *                  at a time, in address order, to the thread that mapped
- *                  it, or to any once that thread has let go of it (a
- *                  thread does not write into another's region while both
- *                  fill theirs: in VMs, first writes 16 KiB apart from two
- *                  threads contend in the host). Chunk headers are written as their chunk
- *                  is handed out.
+ *                  (arena.h: the wheel links timeouts by 32-bit refs). Each
+ *                  thread's regions double from one chunk up to 2 MiB, so a
+ *                  thread that schedules little holds little and a busy one
+ *                  maps few regions. A region hands out its never-used chunks
+ *                  one at a time, in address order, to the thread that mapped
+ *                  it, or to any once that thread has let go of it (a thread
+ *                  does not write into another's region while both fill theirs:
+ *                  in VMs, first writes 16 KiB apart from two threads contend
+ *                  in the host). Chunk headers are written as their chunk is
+ *                  handed out.
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
  * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
