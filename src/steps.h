@@ -1,7 +1,8 @@
 /*
  * steps.h - a test hook called at the internal steps of a timer's start and
- * stop, so that a test can pause a thread at any one of them and force each
- * interleaving of a lifecycle race deterministically (as the allocation
+ * stop, and at a few of the worker's and the calls' in between, so that a
+ * test can pause a thread at any one of them and force each interleaving of
+ * a race deterministically (as the allocation
  * hook in alloc.h forces each allocation failure). Without a hook set, a
  * step costs one relaxed load. Any thread.
  */
@@ -12,17 +13,20 @@
 #include <stddef.h>
 
 typedef enum {
-    HWT_STEP_START_SPAWNED,     /* a starter created the worker, lock released */
-    HWT_STEP_START_LATCHED,     /* a starter saw the worker ready, before its CAS */
-    HWT_STEP_WORKER_STARTING,   /* the worker runs, before it announces itself */
-    HWT_STEP_WORKER_DRAINED,    /* the worker's final drain is done, before it replies */
-    HWT_STEP_STOP_REQUESTED,    /* a stopper published SHUTDOWN, lock released */
-    HWT_STEP_STOP_ANSWERED,     /* a stopper has the worker's reply, before the join */
-    HWT_STEP_SCHEDULE_STARTED,  /* a schedule found the timer started, before it counts itself */
+    HWT_STEP_START_SPAWNED,      /* a starter created the worker, lock released */
+    HWT_STEP_START_LATCHED,      /* a starter saw the worker ready, before its CAS */
+    HWT_STEP_WORKER_STARTING,    /* the worker runs, before it announces itself */
+    HWT_STEP_WORKER_DRAINED,     /* the worker's final drain is done, before it replies */
+    HWT_STEP_STOP_REQUESTED,     /* a stopper published SHUTDOWN, lock released */
+    HWT_STEP_STOP_ANSWERED,      /* a stopper has the worker's reply, before the join */
+    HWT_STEP_SCHEDULE_STARTED,   /* a schedule found the timer started, before it counts itself */
     HWT_STEP_SCHEDULE_ANNOUNCED, /* a schedule counted itself, before its state check */
     HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */
     HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
                                    before it reads the started ones */
+    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule holds BUSY, before it writes the deadline */
+    HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
+                                    ticks that ended), before the next slice */
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -221,6 +221,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if (atomic_compare_exchange_weak(&t->state, &s, mine))
             break;
     }
+    hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
     uint32_t cur = mine;

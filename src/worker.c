@@ -484,6 +484,7 @@ static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *p
             hwt__wheel_advance(wheel, ended, expire_node, timer);
             run_overdue = true;
         }
+        hwt__step_reached(HWT_STEP_TRANSFER_SLICED, timer);
     }
 }
 

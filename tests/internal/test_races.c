@@ -567,9 +567,119 @@ static void *racer_main(void *p)
     return NULL;
 }
 
-/* Start, schedules and two stops (one with a list) from four threads at
- * once, then a destroy: every round completes, every scheduled timeout
- * ends exactly one way, the count is 0 after the stops. */
+/* A timeout reaches the worker overdue - its deadline passed while its
+ * producer was held up between reading it and queueing the timeout, and the
+ * worker ran the ticks past it ahead of a long transfer - while a
+ * reschedule to an earlier deadline holds it BUSY: the worker sets it aside
+ * for the reschedule instead of expiring it. Its queue link covers the
+ * wheel links, and the worker clears it as it takes the timeout off the
+ * queue: without that, it took the stale link for a wheel link and unlinked
+ * through it (a crash). It must run once. */
+static atomic_bool hold_released, hold_started;
+static atomic_int overdue_runs, bulk_runs;
+
+static void hold_worker(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&hold_started, true);
+    hwtt_wait_until(atomic_load(&hold_released), hwtt_slack_ms(10000));
+}
+
+static void count_into(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+enum { OVERDUE_DELAY_MS = 200 };
+
+struct overdue_calls {
+    hwt_timer *timer;
+    hwt_timeout *overdue; /* written by hwt_new_timeout before it queues */
+    unsigned stripe;
+    int rc_first, rc_second;
+    atomic_bool done, rescheduled;
+    bool moved;
+};
+
+/* Schedules the one that will be overdue (paused before it is queued) and
+ * one behind it, on this thread's stripe. */
+static void *schedule_overdue(void *p)
+{
+    struct overdue_calls *c = p;
+    c->stripe = hwt__stripe_index();
+    c->rc_first = hwt_new_timeout(c->timer, count_into, &overdue_runs, OVERDUE_DELAY_MS,
+                                  HWT_MILLISECONDS, &c->overdue);
+    c->rc_second = hwt_new_timeout(c->timer, count_into, &bulk_runs, 0, HWT_MILLISECONDS, NULL);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+static void *reschedule_overdue(void *p)
+{
+    struct overdue_calls *c = p;
+    c->moved = hwt_timeout_reschedule(c->overdue, 0, HWT_MILLISECONDS); /* earlier: BUSY */
+    atomic_store(&c->rescheduled, true);
+    return NULL;
+}
+
+static void test_an_overdue_timeout_taken_while_rescheduled_runs_once(void **state)
+{
+    (void)state;
+    enum { BULK = HWT_TRANSFER_SLICE + 100 };
+    atomic_store(&hold_released, false);
+    atomic_store(&hold_started, false);
+    atomic_store(&overdue_runs, 0);
+    atomic_store(&bulk_runs, 0);
+    hwt_timer *timer = new_timer();
+    assert_int_equal(hwt_new_timeout(timer, hold_worker, NULL, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&hold_started), hwtt_slack_ms(5000)));
+
+    /* Its deadline read, its handle out, not queued yet. */
+    struct overdue_calls c = {.timer = timer};
+    arm(HWT_STEP_SCHEDULE_ADMITTED, timer);
+    pthread_t scheduler, rescheduler;
+    assert_int_equal(pthread_create(&scheduler, NULL, schedule_overdue, &c), 0);
+    expect_reached(HWT_STEP_SCHEDULE_ADMITTED);
+    int64_t admitted = hwtt_now_ns();
+    /* A reschedule to an earlier deadline holds it BUSY. */
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
+    assert_int_equal(pthread_create(&rescheduler, NULL, reschedule_overdue, &c), 0);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
+    /* Past its deadline by some ticks, more than a slice on another stripe,
+     * due now: the worker runs the ticks up to them ahead of the transfer. */
+    assert_true(hwtt_wait_until(hwtt_now_ns() - admitted > (OVERDUE_DELAY_MS + 5) * 1000000,
+                                OVERDUE_DELAY_MS + 1000));
+    for (int i = 0; i < BULK; i++)
+        assert_int_equal(hwt_new_timeout(timer, count_into, &bulk_runs, 0, HWT_MILLISECONDS, NULL),
+                         0);
+    /* The worker moves the first slice. */
+    arm(HWT_STEP_TRANSFER_SLICED, timer);
+    atomic_store(&hold_released, true);
+    expect_reached(HWT_STEP_TRANSFER_SLICED);
+    /* Queued now, behind the ticks: the next slice takes it overdue. */
+    open_gate(HWT_STEP_SCHEDULE_ADMITTED);
+    assert_true(hwtt_wait_until(atomic_load(&c.done), hwtt_slack_ms(5000)));
+    pthread_join(scheduler, NULL);
+    assert_int_equal(c.rc_first, 0);
+    assert_int_equal(c.rc_second, 0);
+    assert_int_not_equal(c.stripe, hwt__stripe_index());
+    open_gate(HWT_STEP_TRANSFER_SLICED);
+    /* Every other one ran: the slice that took it is done. */
+    assert_true(hwtt_wait_until(atomic_load(&bulk_runs) == BULK + 1, hwtt_slack_ms(10000)));
+    assert_int_equal(atomic_load(&overdue_runs), 0); /* not while BUSY */
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
+    assert_true(hwtt_wait_until(atomic_load(&c.rescheduled), hwtt_slack_ms(5000)));
+    pthread_join(rescheduler, NULL);
+    assert_true(c.moved);
+    assert_true(hwtt_wait_until(atomic_load(&overdue_runs) == 1, hwtt_slack_ms(5000)));
+    hwt_timeout_release(c.overdue);
+    hwtt_destroy(timer);
+    assert_int_equal(atomic_load(&overdue_runs), 1);
+    assert_int_equal(atomic_load(&bulk_runs), BULK + 1);
+}
+
 static void test_lifecycle_races_at_full_speed(void **state)
 {
     (void)state;
@@ -620,8 +730,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_while_a_start_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_schedule_failing_during_the_count_hides_no_other,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancelled_in_start_latch, setup, teardown),
@@ -629,6 +738,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_callbacks_run_on_the_worker,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_the_next_stop_hands_back,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_overdue_timeout_taken_while_rescheduled_runs_once,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_races_at_full_speed, setup, teardown),
     };
