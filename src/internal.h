@@ -420,8 +420,8 @@ static inline int64_t hwt__deadline_of(const hwt_timeout *t)
     return __atomic_load_n(&t->node.deadline, __ATOMIC_RELAXED);
 }
 
-/* Whether the wheel holds a timeout: the worker's (and the stop's, after
- * it), on one it has not let go of or on a free one. While queued, the
+/* Whether the wheel holds a timeout. The worker's (and, after it, the
+ * stop's), on any timeout of the pool, free ones too. While queued, the
  * node's links hold queue_link: only a TRANSFERRED timeout's are the
  * wheel's, until it is RELEASED. */
 static inline bool hwt__timeout_in_wheel(const hwt_timeout *t)
