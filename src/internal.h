@@ -79,6 +79,12 @@ struct hwt__task_index {
     _Atomic uint32_t slots[];
 };
 
+/* The first index of block b. */
+static inline size_t hwt__task_block_start(unsigned b)
+{
+    return HWT_TASKS_FIRST_BLOCK * (((size_t)1 << b) - 1);
+}
+
 static inline unsigned hwt__task_block_of(size_t index)
 {
     return (unsigned)(63 - __builtin_clzll((unsigned long long)index + HWT_TASKS_FIRST_BLOCK)) -
@@ -371,7 +377,7 @@ static inline const struct hwt__task_pair *hwt__task_at(const hwt_timer *timer, 
     unsigned b = hwt__task_block_of(index);
     const struct hwt__task_pair *pairs =
         atomic_load_explicit(&((hwt_timer *)timer)->task_blocks[b], memory_order_relaxed);
-    return &pairs[index + HWT_TASKS_FIRST_BLOCK - ((size_t)HWT_TASKS_FIRST_BLOCK << b)];
+    return &pairs[index - hwt__task_block_start(b)];
 }
 
 /* A timeout's task. */

@@ -106,7 +106,7 @@ static long add_locked(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled)
             return -1;
         atomic_store_explicit(&timer->task_blocks[b], pairs, memory_order_relaxed);
     }
-    struct hwt__task_pair *slot = &pairs[n + HWT_TASKS_FIRST_BLOCK - block_length(b)];
+    struct hwt__task_pair *slot = &pairs[n - hwt__task_block_start(b)];
     slot->run = run;
     slot->cancelled = cancelled;
     timer->task_count = n + 1;
