@@ -443,7 +443,6 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
         return false;
     struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);
     if (r == NULL) {
-        hwt__free(r);
         hwt__arena_unmap(base, bytes);
         return false;
     }
