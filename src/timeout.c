@@ -64,8 +64,11 @@ static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
     }
 }
 
-/* Wakes the worker when it plans to sleep past this deadline, or when the
- * queues grow past the timer's backlog_kick (hwt__backlog_kick). */
+/* Wakes the worker when it plans to sleep past this deadline, when the
+ * queues grow past the timer's backlog_kick (hwt__backlog_kick), or when
+ * they hold a transfer budget and it plans to sleep past the cancel latency
+ * (it then moves them within half the latency, after the burst:
+ * hwt__plan_backlog_waits). */
 static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 {
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
@@ -77,7 +80,9 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
     if (++schedules_since_check < HWT_BACKLOG_CHECK_EVERY)
         return;
     schedules_since_check = 0;
-    if (hwt__queued_count(timer) >= timer->backlog_kick)
+    uint64_t queued = hwt__queued_count(timer);
+    if (queued >= timer->backlog_kick ||
+        (queued >= timer->max_transfers && !atomic_load(&timer->cancel_watch)))
         kick(timer);
 }
 

@@ -15,7 +15,8 @@
  *   queued_min    per stripe, the earliest deadline queued since the worker
  *                 took the stripe's stack: the worker does not sleep past it.
  *   cancel_watch  1 if the worker will wake within max(tick, 100 ms) anyway;
- *                 otherwise the first canceller wakes it.
+ *                 otherwise the first canceller wakes it, and so does a
+ *                 producer that finds a budget of new timeouts queued.
  *   kicked        the first waker since the worker planned its sleep sets it,
  *                 so later ones need no system call.
  *   wake_seq      the futex word: a waker increments it, then wakes.
@@ -26,10 +27,11 @@
  * queued_min, push, SHUTDOWN) before it reads wake_before/cancel_watch and
  * bumps wake_seq. Either the worker sees the change, or the waker sees the
  * plan and the futex wait returns at once. New timeouts due after the planned
- * wake-up stay queued until then, or for the cancel latency at most (or
- * until timer->backlog_kick of them wake the worker): looping for them would
- * keep the worker moving timeouts one by one as producers push them, on the
- * CPUs and cache lines the producers need.
+ * wake-up stay queued until then, or for the cancel latency at most (a
+ * budget of them wakes a worker that plans a longer sleep, to be moved
+ * within half the latency; timer->backlog_kick of them, at once): looping
+ * for them would keep the worker moving timeouts one by one as producers
+ * push them, on the CPUs and cache lines the producers need.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -501,14 +503,16 @@ static void run_loop(hwt_timer *timer)
     };
     const int64_t tick = policy.tick_ns;
     bool slept_soon = true;    /* the last sleep was planned within the latency */
-    int64_t cancels_wait = -1; /* cancels wait until this tick's end (-1: none) */
+    int64_t batch_wait = -1;   /* cancels, far new timeouts: wait until this tick ends */
 
     while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
         int64_t now = hwt__rel_now(timer);
         int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
-        cancels_wait =
-            hwt__plan_cancels_wait(&policy, now, slept_soon, cancels_wait, cancels_waiting(timer));
-        size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
+        bool backlog_waits = hwt__plan_backlog_waits(
+            &policy, now, slept_soon, hwt__queued_count(timer), queued_floor(timer, false));
+        batch_wait = hwt__plan_batch_wait(&policy, now, slept_soon, batch_wait,
+                                          backlog_waits || cancels_waiting(timer));
+        size_t cancels = batch_wait < 0 ? process_cancels(timer) : 0;
         process_moved(timer, false);
         /* The elapsed ticks that no queued timeout is due before are
          * processed first: new timeouts due in the last of them would join
@@ -519,7 +523,9 @@ static void run_loop(hwt_timer *timer)
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
-        uint32_t moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
+        uint32_t moved = 0;
+        if (!backlog_waits || batch_wait < 0)
+            moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. */
@@ -537,7 +543,7 @@ static void run_loop(hwt_timer *timer)
             .moved = moved,
             .cancels = cancels,
             .queued = (int64_t)hwt__queued_count(timer),
-            .cancels_wait = cancels_wait,
+            .batch_wait = batch_wait,
         };
         struct hwt__sleep_plan plan = hwt__plan_sleep(&policy, &seen);
         slept_soon = plan.cancel_watch;

@@ -3,8 +3,9 @@
  * in the queue (timeout.c, maybe_wake_for; worker.c, run_loop), but not
  * for long: a producer wakes the worker once the timer's backlog_kick of
  * them are queued (derived from max_transfers_per_tick, worker_policy.h),
- * and a worker that goes to sleep with some queued wakes within the cancel
- * latency (max(tick, 100 ms)) to move them. The plan's side of both is
+ * a worker that goes to sleep with some queued wakes within the cancel
+ * latency (max(tick, 100 ms)) to move them, and so does one that a budget
+ * of them finds planning a longer sleep. The plan's side of both is
  * checked without threads in test_plan.c.
  */
 #include <stdlib.h>
@@ -56,6 +57,40 @@ static void test_backlog_wakes_the_worker(void **state)
     hwtt_destroy(timer);
 }
 
+/* A worker that plans to sleep for an hour (one timeout, an hour away, on
+ * a 1 ms tick), and a burst of two transfer budgets of far timeouts: fewer
+ * than backlog_kick, so no producer wakes it for moving them at once; but
+ * a budget of them wakes it to move them within the cancel latency (after
+ * the burst), not at its far wake-up. */
+static void test_a_budget_queued_moves_within_the_cancel_latency(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.tick_unit = HWT_MILLISECONDS;
+    o.max_transfers_per_tick = 4096;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+    /* Asleep with its plan published: far past the latency, and past what
+     * this test waits for. */
+    if (!hwtt_wait_until(transferred(timer) == 1 && !atomic_load(&timer->cancel_watch) &&
+                             atomic_load(&timer->wake_before) >
+                                 hwt__rel_now(timer) + 600 * INT64_C(1000000000),
+                         hwtt_slack_ms(2000)))
+        fail_msg("the worker did not plan a long sleep");
+    const uint64_t n = 2 * timer->max_transfers + 2 * HWT_BACKLOG_CHECK_EVERY;
+    assert_true(n < timer->backlog_kick);
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 2, HWT_HOURS, NULL), 0);
+    if (!hwtt_wait_until(transferred(timer) == 1 + n, hwtt_slack_ms(2000)))
+        fail_msg("%llu of %llu moved into the wheel", (unsigned long long)transferred(timer),
+                 (unsigned long long)(n + 1));
+    assert_int_equal(hwt__queued_count(timer), 0);
+    assert_int_equal(hwt_pending_timeouts(timer), (int64_t)(n + 1));
+    hwtt_destroy(timer);
+}
+
 #define FROM_TASK 1000
 
 /* Holds the worker for 5 ms, so that the ticks after its own end meanwhile. */
@@ -103,6 +138,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_backlog_wakes_the_worker, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_queued_timeouts_move_within_the_cancel_latency,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_budget_queued_moves_within_the_cancel_latency,
                                   hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
