@@ -67,7 +67,7 @@ static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
 /* Wakes the worker when it plans to sleep past this deadline, when the
  * queues grow past the timer's backlog_kick (hwt__backlog_kick), or when
  * they hold a transfer budget and it plans to sleep past the cancel latency
- * (it then moves them within half the latency, after the burst:
+ * (it then moves them within the latency, after the burst:
  * hwt__plan_backlog_waits). */
 static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
 {

@@ -29,7 +29,7 @@
  * plan and the futex wait returns at once. New timeouts due after the planned
  * wake-up stay queued until then, or for the cancel latency at most (a
  * budget of them wakes a worker that plans a longer sleep, to be moved
- * within half the latency; timer->backlog_kick of them, at once): looping
+ * within the latency; timer->backlog_kick of them, at once): looping
  * for them would keep the worker moving timeouts one by one as producers
  * push them, on the CPUs and cache lines the producers need.
  */
@@ -503,16 +503,14 @@ static void run_loop(hwt_timer *timer)
     };
     const int64_t tick = policy.tick_ns;
     bool slept_soon = true;    /* the last sleep was planned within the latency */
-    int64_t batch_wait = -1;   /* cancels, far new timeouts: wait until this tick ends */
+    int64_t cancels_wait = -1; /* cancels wait until this tick's end (-1: none) */
 
     while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
         int64_t now = hwt__rel_now(timer);
         int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
-        bool backlog_waits = hwt__plan_backlog_waits(
-            &policy, now, slept_soon, hwt__queued_count(timer), queued_floor(timer, false));
-        batch_wait = hwt__plan_batch_wait(&policy, now, slept_soon, batch_wait,
-                                          backlog_waits || cancels_waiting(timer));
-        size_t cancels = batch_wait < 0 ? process_cancels(timer) : 0;
+        cancels_wait =
+            hwt__plan_cancels_wait(&policy, now, slept_soon, cancels_wait, cancels_waiting(timer));
+        size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
         process_moved(timer, false);
         /* The elapsed ticks that no queued timeout is due before are
          * processed first: new timeouts due in the last of them would join
@@ -524,7 +522,8 @@ static void run_loop(hwt_timer *timer)
         if (ran_ahead)
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
         uint32_t moved = 0;
-        if (!backlog_waits || batch_wait < 0)
+        if (!hwt__plan_backlog_waits(&policy, now, slept_soon, hwt__queued_count(timer),
+                                     queued_floor(timer, false)))
             moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
@@ -543,7 +542,7 @@ static void run_loop(hwt_timer *timer)
             .moved = moved,
             .cancels = cancels,
             .queued = (int64_t)hwt__queued_count(timer),
-            .batch_wait = batch_wait,
+            .cancels_wait = cancels_wait,
         };
         struct hwt__sleep_plan plan = hwt__plan_sleep(&policy, &seen);
         slept_soon = plan.cancel_watch;

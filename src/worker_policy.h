@@ -10,14 +10,13 @@
  * at (t + 1) * tick_ns.
  *
  * A pass of the worker, and the decision each step asks for:
- *   1. cancels: process them now, or let them (and, after a long sleep, a
- *      backlog of far new timeouts: hwt__plan_backlog_waits) wait until the
- *      end of tick X (hwt__plan_batch_wait);
+ *   1. cancels: process them now, or let them wait until the end of tick X
+ *      (hwt__plan_cancels_wait);
  *   2. the moved stacks are processed every pass (they may be due soon);
  *   3. the ticks that ended and that nothing queued is due before are
  *      processed ahead of the transfer (hwt__plan_last_tick);
- *   4. unless they wait with the batch, up to
- *      max_transfers_per_tick new timeouts are moved, in slices of
+ *   4. unless they may wait for the next pass (hwt__plan_backlog_waits), up
+ *      to max_transfers_per_tick new timeouts are moved, in slices of
  *      HWT_TRANSFER_SLICE, the ticks that end meanwhile processed between
  *      two slices (hwt__plan_slice, hwt__plan_last_tick);
  *   5. up to HWT_PRECASCADE_BUDGET timeouts per level are cascaded early;
@@ -51,9 +50,9 @@
  * planned wake-up, in transfer budgets (max_transfers_per_tick): the
  * threshold is HWT_BACKLOG_BUDGETS x the budget (hwt__backlog_kick).
  * Below it, the backlog waits for that wake-up, or for the cancel latency
- * if the worker saw some of it queued when it planned, or for half the
- * latency once it holds one budget (a producer then wakes a worker that
- * plans to sleep past the latency: hwt__plan_backlog_waits). A smaller
+ * if the worker saw some of it queued when it planned or once it holds one
+ * budget (a producer then wakes a worker that plans to sleep past the
+ * latency: hwt__plan_backlog_waits). A smaller
  * backlog that arrived after the worker planned waits for the wake-up: no
  * producer wakes the worker for a trickle of far deadlines. Moving
  * timeouts while threads schedule flat out takes CPUs and cache lines from
@@ -127,44 +126,25 @@ struct hwt__policy {
     uint64_t backlog_kick;     /* hwt__backlog_kick(max_transfers) */
 };
 
-/* Step 1. Whether the new timeouts found queued after a sleep that was not
- * planned to end within the cancel latency (!slept_soon: a producer woke
- * us, for a deadline or for a budget of them, see HWT_BACKLOG_BUDGETS; or a
- * canceller; or a far wake-up came) may wait with the batch
- * (hwt__plan_batch_wait) instead of being moved in this pass: when they
- * are fewer than backlog_kick and none is due within half the latency
- * (`queued_floor`: a lower bound of their deadlines). A burst of far
- * timeouts is then moved in one batch once it is over, not while its
- * producers run, nor while other threads cancel it. Only in the pass after
- * such a sleep: the passes that follow, planned within the latency, move
- * new timeouts as they come, whatever the batch still waits for. */
-static inline bool hwt__plan_backlog_waits(const struct hwt__policy *p, int64_t now,
-                                           bool slept_soon, uint64_t queued, int64_t queued_floor)
-{
-    return !slept_soon && queued > 0 && queued < p->backlog_kick &&
-           queued_floor >= hwt__sat_add(now, p->cancel_latency_ns / 2);
-}
-
-/* Step 1. Work found waiting after a sleep that was not planned to end
- * within the cancel latency (!slept_soon): cancellations (the first
- * canceller since woke us, right after its push) or a backlog of far new
- * timeouts (hwt__plan_backlog_waits). It can wait, up to the end of the
- * tick returned (at most half the latency from now), so that a burst of
- * cancels or schedules is not processed while the threads making it still
- * run; the cancellers that follow see a wake-up planned soon and do not
- * wake us. A cancel is then processed, and a timeout cancelled while queued
- * dropped, within the latency as long as our wake-up took less than half of
- * it. `carried`: the tick a previous pass let them wait until (-1: none); a
- * wait ends once that tick has ended. Returns the tick the work waits
- * until, or -1: none waits. */
-static inline int64_t hwt__plan_batch_wait(const struct hwt__policy *p, int64_t now,
-                                           bool slept_soon, int64_t carried, bool work_waiting)
+/* Step 1. Cancellations found waiting after a sleep that was not planned to
+ * end within the cancel latency (!slept_soon): the first canceller since
+ * woke us, right after its push. Their processing can wait, up to the end
+ * of the tick returned (at most half the latency from now), so that a burst
+ * of cancels is not processed while the cancelling threads still run; the
+ * cancellers that follow see a wake-up planned soon and do not wake us. A
+ * cancel is then processed within the latency as long as our wake-up took
+ * less than half of it. `carried`: the tick a previous pass let them wait
+ * until (-1: none); a wait ends once that tick has ended. Returns the tick
+ * the cancels wait until, or -1: process them now. */
+static inline int64_t hwt__plan_cancels_wait(const struct hwt__policy *p, int64_t now,
+                                             bool slept_soon, int64_t carried,
+                                             bool cancels_waiting)
 {
     int64_t last_elapsed = now / p->tick_ns - 1;
     int64_t wait = carried;
     if (wait < 0 && !slept_soon) {
         int64_t until = (now + p->cancel_latency_ns / 2) / p->tick_ns - 1;
-        wait = until > last_elapsed && work_waiting ? until : -1;
+        wait = until > last_elapsed && cancels_waiting ? until : -1;
     }
     return wait >= 0 && wait <= last_elapsed ? -1 : wait;
 }
@@ -178,6 +158,24 @@ static inline int64_t hwt__plan_last_tick(const struct hwt__policy *p, int64_t q
 {
     int64_t floor_tick = queued_floor / p->tick_ns;
     return floor_tick < last ? floor_tick : last;
+}
+
+/* Step 4. Whether the new timeouts found queued after a sleep that was not
+ * planned to end within the cancel latency (!slept_soon: a producer woke
+ * us, for a deadline or for a budget of them, see HWT_BACKLOG_BUDGETS; or a
+ * canceller; or a far wake-up came) wait for the next pass instead of being
+ * moved in this one: when they are fewer than backlog_kick and none is due
+ * within the latency (`queued_floor`: a lower bound of their deadlines).
+ * That pass comes within the latency (hwt__plan_sleep caps the sleep while
+ * any are queued), and moves them in one batch: a burst of far timeouts is
+ * moved once it is over, not while its producers run, nor while other
+ * threads cancel it. Only after such a sleep: a worker that planned to
+ * wake within the latency moves new timeouts as they come. */
+static inline bool hwt__plan_backlog_waits(const struct hwt__policy *p, int64_t now,
+                                           bool slept_soon, uint64_t queued, int64_t queued_floor)
+{
+    return !slept_soon && queued > 0 && queued < p->backlog_kick &&
+           queued_floor >= hwt__sat_add(now, p->cancel_latency_ns);
 }
 
 /* Step 4. The size of the next slice of a transfer that has moved `moved`
@@ -196,7 +194,7 @@ struct hwt__sleep_snapshot {
     uint32_t moved;       /* new timeouts moved this pass */
     size_t cancels;       /* cancels processed, or cancelled timeouts dropped, this pass */
     int64_t queued;       /* new timeouts pushed and not yet moved (hwt__queued_count) */
-    int64_t batch_wait;   /* hwt__plan_batch_wait's answer for this pass */
+    int64_t cancels_wait; /* hwt__plan_cancels_wait's answer for this pass */
 };
 
 struct hwt__sleep_plan {
@@ -230,8 +228,8 @@ static inline struct hwt__sleep_plan hwt__plan_sleep(const struct hwt__policy *p
         if (cap < next)
             next = cap;
     }
-    if (s->batch_wait >= 0 && s->batch_wait < next)
-        next = s->batch_wait;
+    if (s->cancels_wait >= 0 && s->cancels_wait < next)
+        next = s->cancels_wait;
     plan.next = next;
     plan.wake_at = next == INT64_MAX ? INT64_MAX : hwt__sat_mul(next + 1, p->tick_ns);
     plan.cancel_watch = plan.wake_at - s->now <= p->cancel_latency_ns;

@@ -35,7 +35,7 @@ static struct hwt__sleep_snapshot quiet(int64_t next_event)
         .moved = 0,
         .cancels = 0,
         .queued = 0,
-        .batch_wait = -1,
+        .cancels_wait = -1,
     };
     return s;
 }
@@ -170,14 +170,13 @@ static void test_budget_spent_wakes_at_the_end_of_this_tick(void **state)
     assert_true(plan.next == (s.now + p.cancel_latency_ns) / p.tick_ns - 1);
 }
 
-/* Cancels (and far new timeouts) let wait until the end of tick X: wake
- * then, not later. */
+/* Cancels let wait until the end of tick X: wake then, not later. */
 static void test_deferred_cancels_set_the_wake_up(void **state)
 {
     (void)state;
     struct hwt__policy p = policy(1 * MS, 100000);
     struct hwt__sleep_snapshot s = quiet(INT64_MAX);
-    s.batch_wait = 59;
+    s.cancels_wait = 59;
     struct hwt__sleep_plan plan = hwt__plan_sleep(&p, &s);
     assert_true(plan.next == 59);
     assert_true(plan.wake_at == 60 * MS);
@@ -187,59 +186,64 @@ static void test_deferred_cancels_set_the_wake_up(void **state)
     assert_true(plan.next == 30);
 }
 
-/* Whether cancels or new timeouts found waiting are processed now or wait. */
-static void test_work_waits_after_a_long_sleep_only(void **state)
+/* Whether cancels found waiting are processed now or wait. */
+static void test_cancels_wait_after_a_long_sleep_only(void **state)
 {
     (void)state;
     struct hwt__policy p = policy(1 * MS, 100000);
     int64_t now = 10 * MS + MS / 2; /* ticks 0..9 have ended */
     /* After a sleep planned within the latency: processed now. */
-    assert_int_equal(hwt__plan_batch_wait(&p, now, true, -1, true), -1);
+    assert_int_equal(hwt__plan_cancels_wait(&p, now, true, -1, true), -1);
     /* Nothing waiting: nothing to defer. */
-    assert_int_equal(hwt__plan_batch_wait(&p, now, false, -1, false), -1);
+    assert_int_equal(hwt__plan_cancels_wait(&p, now, false, -1, false), -1);
     /* After a long sleep, the first canceller woke us: they wait, at most
      * half the latency from now. */
-    int64_t until = hwt__plan_batch_wait(&p, now, false, -1, true);
+    int64_t until = hwt__plan_cancels_wait(&p, now, false, -1, true);
     assert_int_equal(until, (now + p.cancel_latency_ns / 2) / p.tick_ns - 1);
     assert_true((until + 1) * p.tick_ns <= now + p.cancel_latency_ns / 2);
     assert_true(until > now / p.tick_ns - 1);
     /* A pass before that tick has ended keeps the wait (whatever it saw)... */
-    assert_int_equal(hwt__plan_batch_wait(&p, (until + 1) * p.tick_ns - 1, true, until, false),
+    assert_int_equal(hwt__plan_cancels_wait(&p, (until + 1) * p.tick_ns - 1, true, until, false),
                      until);
     /* ... and the first pass after it processes them. */
-    assert_int_equal(hwt__plan_batch_wait(&p, (until + 1) * p.tick_ns, true, until, true), -1);
+    assert_int_equal(hwt__plan_cancels_wait(&p, (until + 1) * p.tick_ns, true, until, true), -1);
     /* A tick as long as the latency leaves no tick to wait until. */
     struct hwt__policy slow = policy(1000 * MS, 100000);
-    assert_int_equal(hwt__plan_batch_wait(&slow, 1200 * MS, false, -1, true), -1);
+    assert_int_equal(hwt__plan_cancels_wait(&slow, 1200 * MS, false, -1, true), -1);
 }
 
-/* New timeouts found queued after a long sleep wait with the batch only
- * when none is due within half the latency and they are fewer than
- * backlog_kick; after a sleep planned within the latency, never. */
+/* New timeouts found queued after a long sleep wait for the next pass only
+ * when none is due within the latency and they are fewer than
+ * backlog_kick; after a sleep planned within the latency, never. The next
+ * pass comes within the latency: the plan caps the sleep while any are
+ * queued. */
 static void test_a_far_backlog_waits_after_a_long_sleep_only(void **state)
 {
     (void)state;
     struct hwt__policy p = policy(1 * MS, 100000);
     int64_t now = 10 * MS + MS / 2;
-    int64_t half = now + p.cancel_latency_ns / 2;
-    /* All due after half the latency: they wait. */
-    assert_true(hwt__plan_backlog_waits(&p, now, false, 5, half));
+    int64_t latency = now + p.cancel_latency_ns;
+    /* All due after the latency: they wait. */
+    assert_true(hwt__plan_backlog_waits(&p, now, false, 5, latency));
     assert_true(hwt__plan_backlog_waits(&p, now, false, p.backlog_kick - 1, INT64_MAX));
     /* After a sleep planned within the latency: moved now. */
-    assert_false(hwt__plan_backlog_waits(&p, now, true, 5, half));
+    assert_false(hwt__plan_backlog_waits(&p, now, true, 5, latency));
     /* None queued, or one due sooner: moved now. */
     assert_false(hwt__plan_backlog_waits(&p, now, false, 0, INT64_MAX));
-    assert_false(hwt__plan_backlog_waits(&p, now, false, 5, half - 1));
+    assert_false(hwt__plan_backlog_waits(&p, now, false, 5, latency - 1));
     assert_false(hwt__plan_backlog_waits(&p, now, false, 5, 0));
     /* backlog_kick of them: moved now, as when a producer wakes us for them. */
     assert_false(hwt__plan_backlog_waits(&p, now, false, p.backlog_kick, INT64_MAX));
     /* Near the end of time the bound saturates rather than wraps. */
     assert_false(hwt__plan_backlog_waits(&p, INT64_MAX - MS, false, 5, INT64_MAX - 1));
-    /* The batch they wait with ends by half the latency, so they do not
-     * wait past the deadline of the earliest of them. */
-    int64_t until = hwt__plan_batch_wait(&p, now, false, -1, true);
-    assert_true(until >= 0);
-    assert_true((until + 1) * p.tick_ns <= half);
+    /* The pass that leaves them queued plans to wake for them within the
+     * latency, before the earliest of them is due. */
+    struct hwt__sleep_snapshot s = quiet(INT64_MAX);
+    s.now = now;
+    s.queued = 5;
+    struct hwt__sleep_plan plan = hwt__plan_sleep(&p, &s);
+    assert_true(plan.wake_at <= latency);
+    assert_true(plan.cancel_watch);
 }
 
 /* The ticks processed ahead of a transfer stop at the tick of the earliest
@@ -339,7 +343,7 @@ int main(void)
         cmocka_unit_test(test_wakes_within_the_cancel_latency),
         cmocka_unit_test(test_budget_spent_wakes_at_the_end_of_this_tick),
         cmocka_unit_test(test_deferred_cancels_set_the_wake_up),
-        cmocka_unit_test(test_work_waits_after_a_long_sleep_only),
+        cmocka_unit_test(test_cancels_wait_after_a_long_sleep_only),
         cmocka_unit_test(test_a_far_backlog_waits_after_a_long_sleep_only),
         cmocka_unit_test(test_ticks_ahead_stop_at_the_earliest_queued),
         cmocka_unit_test(test_transfer_slices),
