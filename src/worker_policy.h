@@ -52,19 +52,19 @@
  * Below it, the backlog waits for that wake-up, or for the cancel latency
  * if the worker saw some of it queued when it planned or once it holds one
  * budget (a producer then wakes a worker that plans to sleep past the
- * latency: hwt__plan_backlog_waits). A smaller
- * backlog that arrived after the worker planned waits for the wake-up: no
- * producer wakes the worker for a trickle of far deadlines. Moving
- * timeouts while threads schedule flat out takes CPUs and cache lines from
- * those threads, and moving them in one batch after the burst costs less;
- * leaving a burst queued until a far wake-up would move it whenever that
- * comes, say while other threads cancel its timeouts. The bound is on the
- * walk: the worker takes a stripe's whole stack and walks it before a
- * due-soon timeout in it can be placed (about 1-2 ns per timeout), and
- * moves at most one budget per pass, so a backlog of ten budgets is ten
- * passes of work waiting. A larger budget means a worker that may move
- * more at once, so it may also let more wait; with the default budget
- * (100 000) the threshold is 10^6, about 1-2 ms of walking. */
+ * latency: hwt__plan_backlog_waits). A smaller backlog that arrived after
+ * the worker planned waits for the wake-up: no producer wakes the worker
+ * for a trickle of far deadlines. Moving timeouts while threads schedule
+ * flat out takes CPUs and cache lines from those threads, and moving them
+ * in one batch after the burst costs less; leaving a burst queued until a
+ * far wake-up would move it whenever that comes, say while other threads
+ * cancel its timeouts. The bound is on the walk: the worker takes a
+ * stripe's whole stack and walks it before a due-soon timeout in it can be
+ * placed (about 1-2 ns per timeout), and moves at most one budget per pass,
+ * so a backlog of ten budgets is ten passes of work waiting. A larger
+ * budget means a worker that may move more at once, so it may also let
+ * more wait; with the default budget (100 000) the threshold is 10^6,
+ * about 1-2 ms of walking. */
 #define HWT_BACKLOG_BUDGETS 10
 
 /* How many schedules a producer thread makes between two looks at the
@@ -170,7 +170,10 @@ static inline int64_t hwt__plan_last_tick(const struct hwt__policy *p, int64_t q
  * any are queued), and moves them in one batch: a burst of far timeouts is
  * moved once it is over, not while its producers run, nor while other
  * threads cancel it. Only after such a sleep: a worker that planned to
- * wake within the latency moves new timeouts as they come. */
+ * wake within the latency moves new timeouts as they come. A timeout
+ * cancelled while queued is dropped in that pass: within the latency of
+ * the wake-up its canceller made (later than the cancel by that wake-up's
+ * own delay). */
 static inline bool hwt__plan_backlog_waits(const struct hwt__policy *p, int64_t now,
                                            bool slept_soon, uint64_t queued, int64_t queued_floor)
 {
