@@ -24,20 +24,25 @@ static uint64_t transferred(hwt_timer *timer)
     return atomic_load(&timer->transferred);
 }
 
+/* A timer whose transfer budget is 4096 (backlog_kick 40 960), far below
+ * the default's, so that a threshold that did not follow the budget shows. */
+static hwt_timer *small_budget_timer(uint64_t tick, hwt_unit unit)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = tick;
+    o.tick_unit = unit;
+    o.max_transfers_per_tick = 4096;
+    return hwtt_track(hwtt_timer_opts(&o));
+}
+
 /* A worker asleep until an hour away, on a 10 minute tick (so it would not
  * wake for the cancel latency either within the test): the backlog must
- * wake it. A budget of 4096 makes the threshold 40 960, far below the
- * default's: a threshold that did not follow the budget would not wake it. */
+ * wake it. */
 static void test_backlog_wakes_the_worker(void **state)
 {
     (void)state;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 10;
-    o.tick_unit = HWT_MINUTES;
-    o.ticks_per_wheel = 512;
-    o.max_transfers_per_tick = 4096;
-    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    hwt_timer *timer = small_budget_timer(10, HWT_MINUTES);
     assert_int_equal(hwt_timer_start(timer), 0);
     const uint64_t kick = timer->backlog_kick;
     assert_int_equal(kick, HWT_BACKLOG_BUDGETS * 4096);
@@ -65,12 +70,7 @@ static void test_backlog_wakes_the_worker(void **state)
 static void test_a_budget_queued_moves_within_the_cancel_latency(void **state)
 {
     (void)state;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.tick_unit = HWT_MILLISECONDS;
-    o.max_transfers_per_tick = 4096;
-    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    hwt_timer *timer = small_budget_timer(1, HWT_MILLISECONDS);
     assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
     /* Asleep with its plan published: far past the latency, and past what
      * this test waits for. */
