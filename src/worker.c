@@ -521,9 +521,13 @@ static void run_loop(hwt_timer *timer)
         bool ran_ahead = ahead >= wheel->cur;
         if (ran_ahead)
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
+        /* The backlog's reads (every stripe's lines, which producers write)
+         * only after a long sleep: a busy worker passes every tick. */
+        bool backlog_waits = !slept_soon && hwt__plan_backlog_waits(&policy, now, slept_soon,
+                                                                    hwt__queued_count(timer),
+                                                                    queued_floor(timer, false));
         uint32_t moved = 0;
-        if (!hwt__plan_backlog_waits(&policy, now, slept_soon, hwt__queued_count(timer),
-                                     queued_floor(timer, false)))
+        if (!backlog_waits)
             moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
