@@ -21,7 +21,9 @@
  * (fault_ns), and with the pages faulted in beforehand by one
  * MADV_POPULATE_WRITE (populate_ns, the call; touch_ns, the first writes
  * after it - on some VMs each page's first touch still traps to the host).
- * A 4 KiB page holds ~73 timeouts.
+ * A 4 KiB page holds ~73 timeouts. large_populate_us: us per 2 MiB of 32
+ * MiB of new large pages populated with one call, as the pool takes its
+ * regions - measured first of all, with pages nothing here used before.
  *
  * enqueue_2t_ns is wall time / items with two threads enqueueing
  * preallocated entries into one fifo at once (the issue's "~30 ns"
@@ -127,8 +129,30 @@ static void sleep_noise(double seconds)
 #define MADV_POPULATE_WRITE 23
 #endif
 
+/* us per 2 MiB of new memory as the library's pool takes it (a large page,
+ * if the system gives one, populated with one call): -1 where either call
+ * is refused. First, so that it gets pages no earlier test of this process
+ * has used: on the VMs that give freed memory back to their host, this is
+ * 0.1 ms in some hours and several ms in others (bench/README.md). */
+static double large_page_us(void)
+{
+    const size_t large = (size_t)2 << 20, bytes = (size_t)32 << 20;
+    char *raw = mmap(NULL, bytes + large, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return -1;
+    char *p = (char *)(((uintptr_t)raw + large - 1) & ~(uintptr_t)(large - 1));
+    double us = -1;
+    if (madvise(p, bytes, MADV_HUGEPAGE) == 0) {
+        long long t0 = now_ns();
+        if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0)
+            us = (double)(now_ns() - t0) / 1e3 / (double)(bytes / large);
+    }
+    munmap(raw, bytes + large);
+    return us;
+}
+
 /* ns per 4 KiB page: faulting in by writes; populating; writing after it. */
-static void page_costs(void)
+static void page_costs(double large_us)
 {
     const size_t bytes = (size_t)56 << 20, page = 4096, pages = bytes / page;
     double per[3] = {-1, -1, -1};
@@ -153,7 +177,8 @@ static void page_costs(void)
         }
         munmap(p, bytes);
     }
-    printf("pages mib=56 fault_ns=%.0f populate_ns=%.0f touch_ns=%.0f\n", per[0], per[1], per[2]);
+    printf("pages mib=56 fault_ns=%.0f populate_ns=%.0f touch_ns=%.0f large_populate_us=%.0f\n",
+           per[0], per[1], per[2], large_us);
 }
 
 int main(int argc, char **argv)
@@ -170,6 +195,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: hwt-floor [n=ITEMS >= 2] [sleep_s=SECONDS]\n");
         return 2;
     }
+    double large_us = large_page_us();
     long long sink = 0, t0 = now_ns();
     for (long i = 0; i < n; i++)
         sink += now_ns();
@@ -197,7 +223,7 @@ int main(int argc, char **argv)
     printf("floor n=%ld clock_ns=%.1f tsc_ns=%.1f enqueue_1t_ns=%.1f enqueue_2t_ns=%.1f"
            " push_1t_ns=%.1f push_2t_ns=%.1f lock_add_ns=%.1f (sink %lld)\n",
            n, clock_ns, tsc_ns, e1, e2, p1, p2, lock_ns, sink & 1);
-    page_costs();
+    page_costs(large_us);
     if (sleep_s > 0)
         sleep_noise(sleep_s);
     return 0;
