@@ -327,6 +327,99 @@ int64_t bench_rss_bytes(void)
     return (int64_t)resident * sysconf(_SC_PAGESIZE);
 }
 
+/* ------------------------------------------------------ the start line */
+
+static _Atomic int64_t uncounted_cpu_ns;
+
+int64_t bench_uncounted_cpu_ns(void)
+{
+    return atomic_load_explicit(&uncounted_cpu_ns, memory_order_relaxed);
+}
+
+#define LINE_STREAK 1000
+#define LINE_GAP_NS (50 * 1000)
+#define LINE_GIVE_UP_NS (200 * 1000 * 1000)
+
+struct bench_beat {
+    _Alignas(64) _Atomic uint64_t count;
+};
+
+struct bench_start_line {
+    size_t threads;
+    int needed; /* no more threads than CPUs */
+    _Atomic size_t passed;
+    struct bench_beat *beats;
+};
+
+struct bench_start_line *bench_start_line_new(size_t threads)
+{
+    struct bench_start_line *s = bench_xmalloc(sizeof *s);
+    s->threads = threads;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    s->needed = threads > 1 && cpus > 0 && threads <= (size_t)cpus;
+    s->beats = aligned_alloc(64, threads * sizeof *s->beats);
+    if (s->beats == NULL)
+        bench_die("out of memory");
+    for (size_t i = 0; i < threads; i++)
+        atomic_init(&s->beats[i].count, 0);
+    atomic_init(&s->passed, 0);
+    return s;
+}
+
+void bench_start_line_reset(struct bench_start_line *s)
+{
+    atomic_store(&s->passed, 0);
+}
+
+void bench_start_line_wait(struct bench_start_line *s, size_t self)
+{
+    if (!s->needed)
+        return;
+    size_t p = s->threads;
+    uint64_t *seen = bench_xmalloc(p * sizeof *seen);
+    int64_t *moved_at = bench_xmalloc(p * sizeof *moved_at);
+    int *streak = bench_xmalloc(p * sizeof *streak);
+    int64_t cpu0 = bench_self_cpu_ns(), now = bench_now_ns(), give_up = now + LINE_GIVE_UP_NS;
+    for (size_t j = 0; j < p; j++) {
+        seen[j] = atomic_load_explicit(&s->beats[j].count, memory_order_relaxed);
+        moved_at[j] = now;
+        streak[j] = 0;
+    }
+    int passed = 0;
+    while (atomic_load_explicit(&s->passed, memory_order_acquire) < p && now < give_up) {
+        atomic_fetch_add_explicit(&s->beats[self].count, 1, memory_order_relaxed);
+        now = bench_now_ns();
+        if (passed)
+            continue;
+        int all = 1;
+        for (size_t j = 0; j < p; j++) {
+            if (j == self)
+                continue;
+            uint64_t v = atomic_load_explicit(&s->beats[j].count, memory_order_relaxed);
+            if (v != seen[j]) {
+                streak[j] = now - moved_at[j] > LINE_GAP_NS ? 1 : streak[j] + 1;
+                seen[j] = v;
+                moved_at[j] = now;
+            }
+            all &= streak[j] >= LINE_STREAK;
+        }
+        if (all) {
+            passed = 1;
+            atomic_fetch_add_explicit(&s->passed, 1, memory_order_release);
+        }
+    }
+    atomic_fetch_add_explicit(&uncounted_cpu_ns, bench_self_cpu_ns() - cpu0, memory_order_relaxed);
+    free(seen);
+    free(moved_at);
+    free(streak);
+}
+
+void bench_start_line_free(struct bench_start_line *s)
+{
+    free(s->beats);
+    free(s);
+}
+
 /* ------------------------------------------------------------ the team */
 
 static void *team_thread(void *p)
@@ -337,6 +430,7 @@ static void *team_thread(void *p)
         pthread_barrier_wait(&tm->go);
         if (tm->stopping)
             return NULL;
+        bench_start_line_wait(tm->line, a->self);
         tm->start[a->self] = bench_now_ns();
         tm->call(tm->ctx, a->self);
         tm->end[a->self] = bench_now_ns();
@@ -356,6 +450,7 @@ void bench_team_start(struct bench_team *tm, size_t threads, void (*call)(void *
     tm->args = bench_xmalloc(p * sizeof *tm->args);
     tm->start = bench_xmalloc(p * sizeof *tm->start);
     tm->end = bench_xmalloc(p * sizeof *tm->end);
+    tm->line = bench_start_line_new(p);
     if (pthread_barrier_init(&tm->go, NULL, (unsigned)p + 1) != 0 ||
         pthread_barrier_init(&tm->done, NULL, (unsigned)p + 1) != 0)
         bench_die("pthread_barrier_init");
@@ -380,6 +475,7 @@ int64_t bench_wall(const int64_t *start, const int64_t *end, size_t p)
 
 int64_t bench_team_step(struct bench_team *tm)
 {
+    bench_start_line_reset(tm->line);
     pthread_barrier_wait(&tm->go);
     pthread_barrier_wait(&tm->done);
     return bench_wall(tm->start, tm->end, tm->threads);
@@ -393,6 +489,7 @@ void bench_team_stop(struct bench_team *tm)
         pthread_join(tm->tid[i], NULL);
     pthread_barrier_destroy(&tm->go);
     pthread_barrier_destroy(&tm->done);
+    bench_start_line_free(tm->line);
     free(tm->tid);
     free(tm->args);
     free(tm->start);

@@ -133,12 +133,17 @@ void bench_put_params(const char *name, const struct bench_config *c);
 
 /* ------------------------------------------------- CPU, memory, threads */
 
-/* CPU time of the whole process: every thread, those that exited too. */
+/* CPU time the harness spent at start lines (bench_start_line_wait), which
+ * no workload's figures count. */
+int64_t bench_uncounted_cpu_ns(void);
+
+/* CPU time of the whole process: every thread, those that exited too, but
+ * not the time spent at start lines. */
 static inline int64_t bench_proc_cpu_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * BENCH_S_NS + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * BENCH_S_NS + ts.tv_nsec - bench_uncounted_cpu_ns();
 }
 
 /* CPU time of the calling thread. */
@@ -165,10 +170,35 @@ pid_t bench_worker_tid(const char *name);
 /* Resident set size of the process in bytes. */
 int64_t bench_rss_bytes(void);
 
+/* ------------------------------------------------------ the start line */
+
+/* Where the threads of a timed phase wait, spinning, until they run at the
+ * same time on different CPUs, before each takes its start time. Threads
+ * released together from a barrier can be woken onto one CPU; the kernel
+ * moves one of them away at a load-balancing tick (4 ms at HZ=250), and a
+ * phase of a few milliseconds run that way measures the scheduler rather
+ * than the timer. A thread passes once it has seen every other thread's
+ * counter move 1000 times in a row with no gap over 50 us, which threads
+ * that take turns on one CPU cannot do. With more threads than CPUs, or
+ * after 200 ms (a busy machine), they start without it. The spin's CPU time
+ * goes to bench_uncounted_cpu_ns. */
+struct bench_start_line;
+
+struct bench_start_line *bench_start_line_new(size_t threads);
+
+/* Makes it ready for the next phase; call while no thread is at it. */
+void bench_start_line_reset(struct bench_start_line *s);
+
+/* Thread `self` (0 .. threads-1) waits at the start line. */
+void bench_start_line_wait(struct bench_start_line *s, size_t self);
+
+void bench_start_line_free(struct bench_start_line *s);
+
 /* ------------------------------------------------------------ the team */
 
 /* P threads that run steps together: each step starts when all of them and
- * the main thread are at `go` and ends at `done`, so a thread's later steps
+ * the main thread are at `go` (and then at the start line) and ends at
+ * `done`, so a thread's later steps
  * work on what it did in earlier ones. A step calls call(ctx, self) on
  * thread self (0 .. P-1). */
 struct bench_team;
@@ -186,6 +216,7 @@ struct bench_team {
     pthread_t *tid;
     struct bench_team_arg *args;
     pthread_barrier_t go, done;
+    struct bench_start_line *line;
     int64_t *start, *end;
 };
 

@@ -164,6 +164,7 @@ struct phase {
     hwt_timeout **handles;
     int64_t *sched_at; /* expire: when each was scheduled */
     pthread_barrier_t barrier;
+    struct bench_start_line *line;
     int64_t *start, *end;
     _Atomic uint64_t ok; /* successful operations (cancel: true results) */
 };
@@ -177,6 +178,7 @@ static void *phase_thread(void *p)
 {
     struct phase_arg *a = p;
     pthread_barrier_wait(&a->ph->barrier);
+    bench_start_line_wait(a->ph->line, a->self);
     a->ph->start[a->self] = bench_now_ns();
     a->ph->fn(a->ph, a->self);
     a->ph->end[a->self] = bench_now_ns();
@@ -195,6 +197,7 @@ static int64_t run_phase(struct phase *ph, phase_fn fn)
     struct phase_arg *args = bench_xmalloc(p * sizeof *args);
     if (pthread_barrier_init(&ph->barrier, NULL, (unsigned)p) != 0)
         bench_die("pthread_barrier_init");
+    ph->line = bench_start_line_new(p);
     for (size_t i = 0; i < p; i++) {
         args[i] = (struct phase_arg){ph, i};
         if (pthread_create(&tid[i], NULL, phase_thread, &args[i]) != 0)
@@ -203,6 +206,7 @@ static int64_t run_phase(struct phase *ph, phase_fn fn)
     for (size_t i = 0; i < p; i++)
         pthread_join(tid[i], NULL);
     pthread_barrier_destroy(&ph->barrier);
+    bench_start_line_free(ph->line);
     int64_t wall = bench_wall(ph->start, ph->end, p);
     free(ph->start);
     free(ph->end);

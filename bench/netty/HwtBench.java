@@ -327,6 +327,7 @@ public final class HwtBench {
         final Map<Long, Long> finished = new HashMap<>(finishedCpu);
         long coarse;
         long waited; /* CPU the main thread spent waiting for the worker: not counted */
+        final long uncounted = uncountedCpu.get(); /* spent at start lines: not counted */
     }
 
     /* Every live thread's CPU time (ns, from schedstat), and the process's in
@@ -364,11 +365,11 @@ public final class HwtBench {
                                                      : a.live.getOrDefault(tid, 0L);
             sum += end - start;
         }
-        sum -= b.waited - a.waited;
+        sum -= b.waited - a.waited + b.uncounted - a.uncounted;
         for (long tid : a.live.keySet()) {
             if (!b.live.containsKey(tid) && !b.finished.containsKey(tid)) {
                 cpuMethod = "times";
-                return b.coarse - a.coarse - (b.waited - a.waited);
+                return b.coarse - a.coarse - (b.waited - a.waited) - (b.uncounted - a.uncounted);
             }
         }
         return sum;
@@ -419,6 +420,76 @@ public final class HwtBench {
             + String.format(" drain_ms=%.2f", (at - end) / 1e6) + " cpu_method=" + cpuMethod;
     }
 
+    /* ------------------------------------------------------ the start line */
+
+    /* CPU time spent at start lines, which no workload's figures count. */
+    static final AtomicLong uncountedCpu = new AtomicLong();
+
+    /* As bench/common.h's start line: the threads of a timed phase spin until
+     * each has seen every other one's counter move 1000 times in a row with
+     * no gap over 50 us (they run at the same time on different CPUs, not
+     * in turns on one, where a barrier's wake-up can put them), then take
+     * their start times; not with more threads than CPUs, and not past
+     * 200 ms. */
+    static final class StartLine {
+        static final int STREAK = 1000, STRIDE = 8; /* 8 longs: a cache line each */
+        static final long GAP_NS = 50_000, GIVE_UP_NS = 200_000_000;
+        final int threads;
+        final boolean needed;
+        final AtomicInteger passed = new AtomicInteger();
+        final AtomicLongArray beats;
+
+        StartLine(int p) {
+            threads = p;
+            needed = p > 1 && p <= Runtime.getRuntime().availableProcessors();
+            beats = new AtomicLongArray((p + 1) * STRIDE);
+        }
+
+        void reset() {
+            passed.set(0);
+        }
+
+        void await(int self) {
+            if (!needed) {
+                return;
+            }
+            long cpu0 = THREADS.getCurrentThreadCpuTime();
+            long[] seen = new long[threads], movedAt = new long[threads];
+            int[] streak = new int[threads];
+            long now = System.nanoTime(), giveUp = now + GIVE_UP_NS;
+            for (int j = 0; j < threads; j++) {
+                seen[j] = beats.get((j + 1) * STRIDE);
+                movedAt[j] = now;
+            }
+            boolean done = false;
+            while (passed.get() < threads && now < giveUp) {
+                beats.incrementAndGet((self + 1) * STRIDE);
+                now = System.nanoTime();
+                if (done) {
+                    continue;
+                }
+                boolean all = true;
+                for (int j = 0; j < threads; j++) {
+                    if (j == self) {
+                        continue;
+                    }
+                    long v = beats.get((j + 1) * STRIDE);
+                    if (v != seen[j]) {
+                        streak[j] = now - movedAt[j] > GAP_NS ? 1 : streak[j] + 1;
+                        seen[j] = v;
+                        movedAt[j] = now;
+                    }
+                    all &= streak[j] >= STREAK;
+                }
+                if (all) {
+                    done = true;
+                    passed.incrementAndGet();
+                }
+            }
+            uncountedCpu.addAndGet(THREADS.getCurrentThreadCpuTime() - cpu0);
+        }
+    }
+
     /* ----------------------------------------------------- parallel phases */
 
     interface Body {
@@ -428,6 +499,7 @@ public final class HwtBench {
     /* P threads released together; returns wall ns (last end - first start). */
     static long runPhase(int threads, Body body) {
         CyclicBarrier barrier = new CyclicBarrier(threads);
+        StartLine line = new StartLine(threads);
         long[] start = new long[threads], end = new long[threads];
         Thread[] ts = new Thread[threads];
         Throwable[] error = new Throwable[1];
@@ -436,6 +508,7 @@ public final class HwtBench {
             ts[i] = new Thread(() -> {
                 try {
                     barrier.await();
+                    line.await(self);
                     start[self] = System.nanoTime();
                     body.run(self, threads);
                     end[self] = System.nanoTime();
@@ -472,6 +545,7 @@ public final class HwtBench {
     static final class Team {
         final int threads;
         final CyclicBarrier go, done;
+        final StartLine line;
         final Thread[] ts;
         final long[] start, end;
         volatile Body body;
@@ -481,6 +555,7 @@ public final class HwtBench {
             threads = p;
             go = new CyclicBarrier(p + 1);
             done = new CyclicBarrier(p + 1);
+            line = new StartLine(p);
             ts = new Thread[p];
             start = new long[p];
             end = new long[p];
@@ -494,6 +569,7 @@ public final class HwtBench {
                             if (b == null) {
                                 break;
                             }
+                            line.await(self);
                             start[self] = System.nanoTime();
                             b.run(self, p);
                             end[self] = System.nanoTime();
@@ -512,6 +588,7 @@ public final class HwtBench {
 
         long step(Body b) {
             body = b;
+            line.reset();
             try {
                 go.await();
                 done.await();
