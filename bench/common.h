@@ -198,9 +198,8 @@ void bench_start_line_free(struct bench_start_line *s);
 
 /* P threads that run steps together: each step starts when all of them and
  * the main thread are at `go` (and then at the start line) and ends at
- * `done`, so a thread's later steps
- * work on what it did in earlier ones. A step calls call(ctx, self) on
- * thread self (0 .. P-1). */
+ * `done`, so a thread's later steps work on what it did in earlier ones. A
+ * step calls call(ctx, self) on thread self (0 .. P-1). */
 struct bench_team;
 
 struct bench_team_arg {
