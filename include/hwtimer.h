@@ -211,7 +211,7 @@ HWT_EXTERN void hwt_options_init(hwt_options *options);
  * A tick below the sleep mode's minimum is raised to it, with a warning through
  * the log callback. More than 64 live timers in the process logs one error, once.
  * HWT_ENOMEM: nothing allocated. HWT_ESYS: a mutex, condition or the fork
- * handler could not be had. Any thread. */
+ * handler could not be had (the cause is logged). Any thread. */
 HWT_EXTERN int hwt_timer_create(hwt_timer **timer, const hwt_options *options);
 
 /* Starts the worker if it is not running and waits until it has set the start
@@ -253,7 +253,9 @@ HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void
  * Every callback of the stop has run when it returns; hwt_pending_timeouts() is
  * then 0 and new timeouts get HWT_ESTOPPED. A second stop (or one racing with a
  * stop in progress, which it waits for) returns 0 with *unprocessed NULL and
- * *count 0. Stopping a never-started timer returns 0 with an empty list.
+ * *count 0, except after a stop that failed with HWT_ENOMEM (below): it then
+ * hands back or drops what that one kept. Stopping a never-started timer
+ * returns 0 with an empty list.
  * HWT_EINVAL: timer NULL, or one out-pointer without the other.
  * HWT_EDEADLK: called from the timer's own worker (from a task).
  * HWT_ENOMEM: the array could not be allocated; the timer is stopped and keeps

@@ -484,7 +484,7 @@ int hwt__pool_init(struct hwt__pool *pool)
         err = pthread_mutex_init(&pool->lock, &attr);
         pthread_mutexattr_destroy(&attr);
     }
-    return err != 0 ? HWT_ESYS : 0;
+    return err;
 }
 
 void hwt__pool_destroy(struct hwt__pool *pool)

@@ -67,7 +67,7 @@ static inline hwt_timer *hwt__timer_of(const hwt_timeout *timeout)
     return hwt__chunk_of(timeout)->timer;
 }
 
-/* 0, HWT_ENOMEM or HWT_ESYS (the depot's lock). */
+/* 0, or the error number of initialising the depot's lock. */
 int hwt__pool_init(struct hwt__pool *pool);
 /* Unmaps every region. Only when no object of the pool is in use or cached. */
 void hwt__pool_destroy(struct hwt__pool *pool);

@@ -19,6 +19,8 @@ typedef enum {
     HWT_STEP_WORKER_DRAINED,     /* the worker's final drain is done, before it replies */
     HWT_STEP_STOP_REQUESTED,     /* a stopper published SHUTDOWN, lock released */
     HWT_STEP_STOP_ANSWERED,      /* a stopper has the worker's reply, before the join */
+    HWT_STEP_STOP_WAITS,         /* a stopper found another stop busy, before it waits: the
+                                    lock is held, so count arrivals here, never pause */
     HWT_STEP_SCHEDULE_STARTED,   /* a schedule found the timer started, before it counts itself */
     HWT_STEP_SCHEDULE_ANNOUNCED, /* a schedule counted itself, before its state check */
     HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */

@@ -125,33 +125,46 @@ static void after_fork_in_child(void)
     pthread_mutex_init(&atfork_lock, NULL); /* a thread that held it is gone */
 }
 
+/* 0, or pthread_atfork's error number. */
 static int register_atfork(void)
 {
+    int err = 0;
     pthread_mutex_lock(&atfork_lock);
-    if (!atfork_registered &&
-        pthread_atfork(hwt__arena_before_fork, hwt__arena_after_fork_in_parent,
-                       after_fork_in_child) == 0)
-        atfork_registered = true;
-    bool ok = atfork_registered;
+    if (!atfork_registered) {
+        err = pthread_atfork(hwt__arena_before_fork, hwt__arena_after_fork_in_parent,
+                             after_fork_in_child);
+        atfork_registered = err == 0;
+    }
     pthread_mutex_unlock(&atfork_lock);
-    return ok ? 0 : HWT_ESYS;
+    return err;
 }
 
-/* The timer's mutexes and condition: 0, or HWT_ESYS with nothing left. */
+/* The timer's mutexes and condition: 0, or the error number with nothing
+ * left. */
 static int init_sync(hwt_timer *timer)
 {
-    if (pthread_mutex_init(&timer->lifecycle_lock, NULL) != 0)
-        return HWT_ESYS;
-    if (pthread_mutex_init(&timer->tasks_lock, NULL) != 0) {
+    int err = pthread_mutex_init(&timer->lifecycle_lock, NULL);
+    if (err != 0)
+        return err;
+    err = pthread_mutex_init(&timer->tasks_lock, NULL);
+    if (err != 0) {
         pthread_mutex_destroy(&timer->lifecycle_lock);
-        return HWT_ESYS;
+        return err;
     }
-    if (pthread_cond_init(&timer->lifecycle_cond, NULL) != 0) {
+    err = pthread_cond_init(&timer->lifecycle_cond, NULL);
+    if (err != 0) {
         pthread_mutex_destroy(&timer->tasks_lock);
         pthread_mutex_destroy(&timer->lifecycle_lock);
-        return HWT_ESYS;
     }
-    return 0;
+    return err;
+}
+
+/* HWT_ESYS, its cause logged with the timer's logger (SPEC: the caller
+ * learns why from the log, not from the code). */
+static int system_failure(const hwt_timer *timer, const char *what, int err)
+{
+    hwt__log(timer, HWT_LOG_ERROR, "hwt_timer_create: cannot %s: %s", what, strerror(err));
+    return HWT_ESYS;
 }
 
 /* ---------------------------------------------------------------- create */
@@ -168,8 +181,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     int64_t tick_ns;
     if (out == NULL || validate(options, &tick_ns) != 0)
         return HWT_EINVAL;
-    if (register_atfork() != 0)
-        return HWT_ESYS;
 
     hwt_timer *timer = hwt__aligned_alloc(HWT_SITE_TIMER, 64, sizeof *timer);
     if (timer == NULL)
@@ -177,6 +188,12 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     memset(timer, 0, sizeof *timer);
     timer->log = options->log;
     timer->log_ctx = options->log_ctx;
+    int err = register_atfork();
+    if (err != 0) {
+        int rc = system_failure(timer, "register its fork handlers", err);
+        hwt__free(timer);
+        return rc;
+    }
     timer->sleep_mode = resolve_sleep_mode(options->sleep_mode);
     int64_t min_tick = hwt__min_tick_ns(timer->sleep_mode);
     if (tick_ns < min_tick) {
@@ -202,8 +219,9 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     atomic_init(&timer->wake_before, INT64_MIN);
     for (unsigned i = 0; i < HWT_STRIPES; i++)
         atomic_init(&timer->stripes[i].queued_min, INT64_MAX);
-    int rc = hwt__pool_init(&timer->pool);
-    if (rc != 0) {
+    err = hwt__pool_init(&timer->pool);
+    if (err != 0) {
+        int rc = system_failure(timer, "initialise its pool's lock", err);
         hwt__free(timer);
         return rc;
     }
@@ -212,11 +230,13 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         hwt__free(timer);
         return HWT_ENOMEM;
     }
-    if (init_sync(timer) != 0) {
+    err = init_sync(timer);
+    if (err != 0) {
+        int rc = system_failure(timer, "initialise its lock or condition", err);
         hwt__wheel_free(&timer->worker.wheel);
         hwt__pool_destroy(&timer->pool);
         hwt__free(timer);
-        return HWT_ESYS;
+        return rc;
     }
     timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
     timer->fork_generation = atomic_load(&hwt__fork_generation);
@@ -407,20 +427,24 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
     hold(timer);
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
-    if (timer->stop_busy) { /* another thread stops it: wait until it is done */
+    /* Another thread stops it: wait until it is done, then take our turn,
+     * as a stop after it would. Its stop may have failed (a list it could
+     * not allocate) and left the worker holding the timeouts: ours must
+     * then end them, or nobody would. */
+    if (timer->stop_busy) {
+        hwt__step_reached(HWT_STEP_STOP_WAITS, timer);
         while (timer->stop_busy)
             pthread_cond_wait(&timer->lifecycle_cond, &timer->lifecycle_lock);
-    } else {
-        timer->stop_busy = true;
-        /* The worker reads the mode once it sees SHUTDOWN: set it first. */
-        atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
-        atomic_store(&timer->state, HWT_STATE_SHUTDOWN);
-        if (timer->spawned) /* else it never started: nothing was scheduled */
-            rc = stop_worker(timer, unprocessed, count);
-        atomic_store(&timer->stopped, true);
-        timer->stop_busy = false;
-        pthread_cond_broadcast(&timer->lifecycle_cond);
     }
+    timer->stop_busy = true;
+    /* The worker reads the mode once it sees SHUTDOWN: set it first. */
+    atomic_store(&timer->stop_mode, want_list ? HWT_STOP_LIST : HWT_STOP_DROP);
+    atomic_store(&timer->state, HWT_STATE_SHUTDOWN);
+    if (timer->spawned) /* else it never started, or a stop has ended it */
+        rc = stop_worker(timer, unprocessed, count);
+    atomic_store(&timer->stopped, true);
+    timer->stop_busy = false;
+    pthread_cond_broadcast(&timer->lifecycle_cond);
     pthread_mutex_unlock(&timer->lifecycle_lock);
     hwt__timer_unref_n(timer, 1);
     allow_cancellation(cancel_state);

@@ -143,7 +143,7 @@ static inline int64_t hwt__plan_cancels_wait(const struct hwt__policy *p, int64_
     int64_t last_elapsed = now / p->tick_ns - 1;
     int64_t wait = carried;
     if (wait < 0 && !slept_soon) {
-        int64_t until = (now + p->cancel_latency_ns / 2) / p->tick_ns - 1;
+        int64_t until = hwt__sat_add(now, p->cancel_latency_ns / 2) / p->tick_ns - 1;
         wait = until > last_elapsed && cancels_waiting ? until : -1;
     }
     return wait >= 0 && wait <= last_elapsed ? -1 : wait;
@@ -227,7 +227,7 @@ static inline struct hwt__sleep_plan hwt__plan_sleep(const struct hwt__policy *p
     if (plan.more_queued && next > s->cur)
         next = s->cur;
     if (s->cancels > 0 || (!plan.more_queued && s->queued > 0)) {
-        int64_t cap = (s->now + p->cancel_latency_ns) / p->tick_ns - 1;
+        int64_t cap = hwt__sat_add(s->now, p->cancel_latency_ns) / p->tick_ns - 1;
         if (cap < next)
             next = cap;
     }

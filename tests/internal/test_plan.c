@@ -334,6 +334,26 @@ static void test_what_keeps_the_worker_awake(void **state)
     assert_false(hwt__plan_may_sleep(&p, &due, &r));
 }
 
+/* A one-bucket wheel allows a tick up to INT64_MAX - 1 ns (the wheel's span
+ * fits): now + the cancel latency (the tick) would overflow, which C leaves
+ * undefined and which, wrapped, planned a wake-up for tick -1, in the past
+ * (a spin). Saturated: the end of the current tick, 0. Likewise for the
+ * wait of cancels, at a now (since the start) near INT64_MAX. */
+static void test_a_huge_tick_plans_no_overflow(void **state)
+{
+    (void)state;
+    struct hwt__policy p = policy(INT64_MAX - 1, 100000);
+    assert_int_equal(p.cancel_latency_ns, INT64_MAX - 1);
+    struct hwt__sleep_snapshot s = quiet(INT64_MAX);
+    s.now = 24 * 3600 * 1000 * MS;
+    s.cur = 0;
+    s.cancels = 1;
+    struct hwt__sleep_plan plan = hwt__plan_sleep(&p, &s);
+    assert_int_equal(plan.next, 0); /* INT64_MAX / tick - 1 */
+    assert_int_equal(plan.wake_at, INT64_MAX - 1);
+    assert_int_equal(hwt__plan_cancels_wait(&p, INT64_MAX - 10, false, -1, true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_ticks_ahead_stop_at_the_earliest_queued),
         cmocka_unit_test(test_transfer_slices),
         cmocka_unit_test(test_what_keeps_the_worker_awake),
+        cmocka_unit_test(test_a_huge_tick_plans_no_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

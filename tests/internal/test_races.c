@@ -54,6 +54,16 @@ static void arm(hwt__step step, hwt_timer *timer)
     atomic_store(&g->armed, true);
 }
 
+/* Counts the arrivals at a step without pausing anyone (for a step taken
+ * with a lock held). */
+static void watch(hwt__step step, hwt_timer *timer)
+{
+    struct gate *g = &gates[step];
+    atomic_store(&g->armed, false);
+    atomic_store(&g->arrivals, 0);
+    atomic_store(&g->timer, timer);
+}
+
 /* Waits until a thread stands at the gate. */
 static void expect_reached(hwt__step step)
 {
@@ -534,6 +544,41 @@ static void test_after_a_failed_hand_back_the_next_stop_hands_back(void **state)
     hwtt_destroy(timer);
 }
 
+/* A destroy that came while a list stop was failing for memory: it waited
+ * for that stop, and then must end the timeouts the worker kept, with
+ * their cancelled callbacks, as a destroy after it would. It used to
+ * return once the other stop was done, as if that had ended them: they
+ * never ended, and the parked worker was never joined. The destroy is
+ * known to wait (the step's arrival, counted with the lock held, which
+ * its wait then releases) before the failing stop may go on. */
+static void test_a_destroy_waiting_for_a_failing_list_stop_ends_the_timeouts(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 512); /* not tracked: destroyed here */
+    hwtt_rec rec = {0};
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_HOURS, NULL), 0);
+    hwt__set_alloc_fail_hook(fail_hook);
+    atomic_store(&fail_stop_list, true);
+    arm(HWT_STEP_STOP_ANSWERED, timer);
+    struct call stop, destroy;
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    expect_reached(HWT_STEP_STOP_ANSWERED);
+    atomic_store(&fail_stop_list, false);
+    hwt__set_alloc_fail_hook(NULL);
+    watch(HWT_STEP_STOP_WAITS, timer);
+    begin(&destroy, timer, OP_DESTROY, NULL);
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_STOP_WAITS].arrivals) == 1,
+                                hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_STOP_ANSWERED);
+    finish(&stop);
+    assert_int_equal(stop.rc, HWT_ENOMEM);
+    assert_null(stop.list);
+    finish(&destroy);
+    assert_int_equal(atomic_load(&rec.cb), 10);
+    assert_int_equal(atomic_load(&rec.ran), 0);
+}
+
 /* ------------------------------------------------- at full speed */
 
 #define ROUNDS 2000
@@ -737,6 +782,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancelled_in_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_callbacks_run_on_the_worker,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_destroy_waiting_for_a_failing_list_stop_ends_the_timeouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_after_a_failed_hand_back_the_next_stop_hands_back,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_an_overdue_timeout_taken_while_rescheduled_runs_once,
