@@ -168,6 +168,7 @@ struct hwt__worker {
     struct hwt__wheel wheel;
     size_t awaiting_cancel;   /* let go of, cancellation not processed yet */
     size_t awaiting_moved;    /* taken by the stop while on a moved stack */
+    size_t deferred;          /* out of the wheel for a reschedule (HWT_W_DEFERRED) */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;     /* the stripe transfer starts with */
     uint64_t took[HWT_STRIPES]; /* timeouts ever taken from each stripe's queue */

@@ -27,6 +27,13 @@ typedef enum {
     HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
                                    before it reads the started ones */
     HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule holds BUSY, before it writes the deadline */
+    HWT_STEP_RESCHEDULE_WRITTEN, /* a reschedule holding BUSY wrote the deadline, before it
+                                    releases BUSY */
+    HWT_STEP_RESCHEDULE_TOLD,    /* a reschedule released BUSY setting MOVED, before it pushes
+                                    the timeout on its moved stack */
+    HWT_STEP_WORKER_DEFERS,      /* the worker found a timeout BUSY, before it defers it */
+    HWT_STEP_DRAIN_WAITS,        /* the final drain waits for cancels and moved entries still
+                                    to come (each time round) */
     HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
                                     ticks that ended), before the next slice */
     HWT_STEP_COUNT

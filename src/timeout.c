@@ -226,20 +226,26 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if (atomic_compare_exchange_weak(&t->state, &s, mine))
             break;
     }
+    /* A call taken over (BUSY was set) may have written a deadline the
+     * worker was never told of: the slot the timeout sits in may be later
+     * than anything `before` says, so we tell as for an earlier one. */
+    bool took_over = (s & HWT_TO_BUSY) != 0;
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
+    hwt__step_reached(HWT_STEP_RESCHEDULE_WRITTEN, timer);
     uint32_t cur = mine;
     for (;;) { /* release */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false; /* a cancel or a stop won */
         if ((cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK))
             return true; /* taken over: the later call releases */
-        bool earlier = deadline < before;
+        bool earlier = deadline < before || took_over;
         bool tell = earlier && !(cur & HWT_TO_MOVED); /* else its entry is still there */
         uint32_t next = (cur & ~(uint32_t)HWT_TO_BUSY) | (tell ? HWT_TO_MOVED : 0);
         if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
             if (tell) {
+                hwt__step_reached(HWT_STEP_RESCHEDULE_TOLD, timer);
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
             }

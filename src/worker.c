@@ -72,6 +72,7 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
         hwt__timeout_unref(t);
     } else if (t->wflags & HWT_W_DEFERRED) { /* out of the wheel, for a reschedule */
         t->wflags = (uint8_t)((t->wflags & ~HWT_W_DEFERRED) | HWT_W_RELEASED);
+        timer->worker.deferred--;
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
     } else if (t->wflags & HWT_W_RELEASED) {
@@ -123,16 +124,40 @@ static size_t process_cancels(hwt_timer *timer)
 
 /* ---------------------------------------------------------- reschedules */
 
+static void set_deferred(hwt_timer *timer, hwt_timeout *t, bool deferred)
+{
+    if (((t->wflags & HWT_W_DEFERRED) != 0) == deferred)
+        return;
+    t->wflags ^= HWT_W_DEFERRED;
+    if (deferred)
+        timer->worker.deferred++;
+    else
+        timer->worker.deferred--;
+}
+
 /* Takes a timeout out of the wheel's way while a reschedule holds it (BUSY:
  * its deadline is being written): it waits on the worker's moved stack, with
  * a reference, and is filed again at the next pass. Unless it is on a moved
- * stack already (MOVED), whose entry will do the same. */
+ * stack already, or about to be (MOVED: the reschedule that set it pushes
+ * next), whose entry will do the same: the final drain waits for that entry
+ * (worker.deferred). MOVED is set only while the timeout is pending: a cancel
+ * that won since the caller saw BUSY has pushed the timeout's one stack link
+ * on its cancel stack, so it is let go as any cancelled timeout. */
 static void defer_moved(hwt_timer *timer, hwt_timeout *t)
 {
+    hwt__step_reached(HWT_STEP_WORKER_DEFERS, timer);
     if (hwt__timeout_in_wheel(t))
         hwt__wheel_unlink(&timer->worker.wheel, &t->node);
-    t->wflags |= HWT_W_DEFERRED;
-    if (atomic_fetch_or(&t->state, HWT_TO_MOVED) & HWT_TO_MOVED)
+    uint32_t s = atomic_load(&t->state);
+    do {
+        if ((s & HWT_TO_LIFE) != HWT_TO_INIT) {
+            set_deferred(timer, t, false);
+            let_go_cancelled(timer, t);
+            return;
+        }
+    } while (!(s & HWT_TO_MOVED) && !atomic_compare_exchange_weak(&t->state, &s, s | HWT_TO_MOVED));
+    set_deferred(timer, t, true);
+    if (s & HWT_TO_MOVED)
         return;
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
     hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
@@ -169,7 +194,7 @@ static void process_moved(hwt_timer *timer, bool stopping)
                         timer->worker.moved_queued_min = d;
                 } else if (stopping) {
                     if (deferred) {
-                        t->wflags &= (uint8_t)~HWT_W_DEFERRED;
+                        set_deferred(timer, t, false);
                         take_for_stop(timer, t);
                     }
                 } else if (s & HWT_TO_BUSY) {
@@ -177,7 +202,7 @@ static void process_moved(hwt_timer *timer, bool stopping)
                 } else {
                     if (hwt__timeout_in_wheel(t))
                         hwt__wheel_unlink(&timer->worker.wheel, &t->node);
-                    t->wflags &= (uint8_t)~HWT_W_DEFERRED;
+                    set_deferred(timer, t, false);
                     hwt__wheel_place(&timer->worker.wheel, &t->node);
                 }
             } else if (t->wflags & HWT_W_STOPPED) {
@@ -664,10 +689,14 @@ static void final_drain(hwt_timer *timer)
     process_moved(timer, true); /* the deferred: neither in the wheel nor queued */
     drain_wheel(timer);
     /* A canceller may have won its CAS just before we marked the timeout
-     * and not pushed it yet: wait for every cancellation we let go of. */
+     * and not pushed it yet: wait for every cancellation we let go of. And
+     * a deferred timeout, in neither the wheel nor a queue, may wait for
+     * the entry of a reschedule that has set MOVED and not pushed yet. */
     process_cancels(timer);
     process_moved(timer, true);
-    while (timer->worker.awaiting_cancel > 0 || timer->worker.awaiting_moved > 0) {
+    while (timer->worker.awaiting_cancel > 0 || timer->worker.awaiting_moved > 0 ||
+           timer->worker.deferred > 0) {
+        hwt__step_reached(HWT_STEP_DRAIN_WAITS, timer);
         sched_yield();
         process_cancels(timer);
         process_moved(timer, true);

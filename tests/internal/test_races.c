@@ -725,6 +725,158 @@ static void test_an_overdue_timeout_taken_while_rescheduled_runs_once(void **sta
     assert_int_equal(atomic_load(&bulk_runs), BULK + 1);
 }
 
+/* ------------------------------------- reschedules the worker waits for */
+
+struct reschedule_call {
+    pthread_t thread;
+    hwt_timeout *timeout;
+    int64_t delay_ms;
+    atomic_bool done;
+    bool rc;
+};
+
+static void *reschedule_main(void *p)
+{
+    struct reschedule_call *c = p;
+    c->rc = hwt_timeout_reschedule(c->timeout, c->delay_ms, HWT_MILLISECONDS);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+static void begin_reschedule(struct reschedule_call *c, hwt_timeout *t, int64_t delay_ms)
+{
+    memset(c, 0, sizeof *c);
+    c->timeout = t;
+    c->delay_ms = delay_ms;
+    assert_int_equal(pthread_create(&c->thread, NULL, reschedule_main, c), 0);
+}
+
+static bool finish_reschedule(struct reschedule_call *c)
+{
+    assert_true(hwtt_wait_until(atomic_load(&c->done), hwtt_slack_ms(10000)));
+    pthread_join(c->thread, NULL);
+    return c->rc;
+}
+
+/* In the wheel (the worker has moved it from its queue). */
+static void expect_in_wheel(hwt_timeout *t)
+{
+    assert_true(hwtt_wait_until(atomic_load(&t->state) & HWT_TO_TRANSFERRED, hwtt_slack_ms(5000)));
+}
+
+/* Two reschedules to earlier deadlines, the second taking over the first
+ * (BUSY) after the first wrote its deadline: the second read that deadline,
+ * which the worker was never told of, as the one to compare with, found
+ * its own later, and told nobody; the first, taken over, told nobody
+ * either. The timeout stayed in its slot an hour away. */
+static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 1, HWT_HOURS, &t), 0);
+    expect_in_wheel(t);
+    arm(HWT_STEP_RESCHEDULE_WRITTEN, timer);
+    struct reschedule_call first;
+    begin_reschedule(&first, t, 100);
+    expect_reached(HWT_STEP_RESCHEDULE_WRITTEN);
+    assert_true(hwt_timeout_reschedule(t, 300, HWT_MILLISECONDS));
+    open_gate(HWT_STEP_RESCHEDULE_WRITTEN);
+    assert_true(finish_reschedule(&first));
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(5000)));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* The worker finds a timeout's slot due while a reschedule holds it BUSY,
+ * and a cancel wins before it defers the timeout: the canceller has pushed
+ * the timeout's one stack link on its cancel stack, on top of another
+ * cancelled timeout. Deferring it used to push the same link on the moved
+ * stack, cutting the other off the cancel stack: its cancelled callback
+ * never ran, and a stop then waited for it forever. */
+static void test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    hwtt_rec rec_t = {0}, rec_other = {0};
+    hwt_timeout *t, *other;
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec_t, 1, HWT_SECONDS, &t), 0);
+    assert_int_equal(
+        hwt_new_timeout_task(timer, &hwtt_rec_task, &rec_other, 1, HWT_HOURS, &other), 0);
+    expect_in_wheel(t);
+    expect_in_wheel(other);
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
+    struct reschedule_call earlier;
+    begin_reschedule(&earlier, t, 0); /* earlier: held BUSY */
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
+    arm(HWT_STEP_WORKER_DEFERS, timer); /* at its slot, 1 s on */
+    expect_reached(HWT_STEP_WORKER_DEFERS);
+    assert_true(hwt_timeout_cancel(other));
+    assert_true(hwt_timeout_cancel(t)); /* pushed on top of `other` */
+    open_gate(HWT_STEP_WORKER_DEFERS);
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
+    assert_false(finish_reschedule(&earlier)); /* the cancel won */
+    assert_true(hwtt_wait_until(atomic_load(&rec_t.cb) == 1 && atomic_load(&rec_other.cb) == 1,
+                                hwtt_slack_ms(5000)));
+    struct call stop;
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    finish(&stop);
+    assert_int_equal(stop.rc, 0);
+    assert_int_equal(stop.count, 0);
+    assert_int_equal(atomic_load(&rec_t.ran) + atomic_load(&rec_other.ran), 0);
+    assert_int_equal(atomic_load(&rec_t.cb) + atomic_load(&rec_other.cb), 2);
+    hwt_timeout_release(t);
+    hwt_timeout_release(other);
+    hwtt_destroy(timer);
+}
+
+/* The worker defers a timeout whose reschedule has set MOVED and not yet
+ * pushed it: the timeout is in no bucket, no queue, on no stack, until
+ * that push. A stop then must wait for it: the drain used to end without
+ * it, and the push came after, to a stack nobody read: the timeout never
+ * ended. */
+static void test_a_stop_waits_for_a_deferred_timeout_still_being_pushed(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    hwtt_rec rec = {0};
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_SECONDS, &t), 0);
+    expect_in_wheel(t);
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
+    struct reschedule_call earlier;
+    begin_reschedule(&earlier, t, 0); /* earlier: held BUSY */
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
+    arm(HWT_STEP_WORKER_DEFERS, timer);
+    expect_reached(HWT_STEP_WORKER_DEFERS);
+    arm(HWT_STEP_RESCHEDULE_TOLD, timer);
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
+    expect_reached(HWT_STEP_RESCHEDULE_TOLD); /* MOVED set, not pushed */
+    open_gate(HWT_STEP_WORKER_DEFERS);
+    watch(HWT_STEP_DRAIN_WAITS, timer);
+    arm(HWT_STEP_WORKER_DRAINED, timer);
+    struct call stop;
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_DRAIN_WAITS].arrivals) > 0 ||
+                                    atomic_load(&gates[HWT_STEP_WORKER_DRAINED].reached),
+                                hwtt_slack_ms(5000)));
+    if (atomic_load(&gates[HWT_STEP_WORKER_DRAINED].reached))
+        fail_msg("the drain ended while a deferred timeout was still being pushed");
+    open_gate(HWT_STEP_RESCHEDULE_TOLD);
+    assert_true(finish_reschedule(&earlier));
+    expect_reached(HWT_STEP_WORKER_DRAINED);
+    open_gate(HWT_STEP_WORKER_DRAINED);
+    finish(&stop);
+    assert_int_equal(stop.rc, 0);
+    assert_int_equal(stop.count, 1);
+    assert_ptr_equal(stop.list[0], t);
+    hwt_timeouts_release(stop.list, stop.count);
+    assert_int_equal(atomic_load(&rec.ran) + atomic_load(&rec.cb), 0);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
 static void test_lifecycle_races_at_full_speed(void **state)
 {
     (void)state;
@@ -788,6 +940,12 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_an_overdue_timeout_taken_while_rescheduled_runs_once,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_stop_waits_for_a_deferred_timeout_still_being_pushed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_races_at_full_speed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
