@@ -26,8 +26,7 @@ typedef enum {
     HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */
     HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
                                    before it reads the started ones */
-    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule holds BUSY, before it writes the deadline */
-    HWT_STEP_RESCHEDULE_WRITTEN, /* a reschedule holding BUSY wrote the deadline, before it
+    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule holds BUSY and wrote its deadline, before it
                                     releases BUSY */
     HWT_STEP_RESCHEDULE_TOLD,    /* a reschedule released BUSY setting MOVED, before it pushes
                                     the timeout on its moved stack */

@@ -230,10 +230,9 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
      * worker was never told of: the slot the timeout sits in may be later
      * than anything `before` says, so we tell as for an earlier one. */
     bool took_over = (s & HWT_TO_BUSY) != 0;
-    hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
-    hwt__step_reached(HWT_STEP_RESCHEDULE_WRITTEN, timer);
+    hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     uint32_t cur = mine;
     for (;;) { /* release */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)

@@ -777,12 +777,12 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwt_timeout *t;
     assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 1, HWT_HOURS, &t), 0);
     expect_in_wheel(t);
-    arm(HWT_STEP_RESCHEDULE_WRITTEN, timer);
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     struct reschedule_call first;
     begin_reschedule(&first, t, 100);
-    expect_reached(HWT_STEP_RESCHEDULE_WRITTEN);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
     assert_true(hwt_timeout_reschedule(t, 300, HWT_MILLISECONDS));
-    open_gate(HWT_STEP_RESCHEDULE_WRITTEN);
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
     assert_true(finish_reschedule(&first));
     assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(5000)));
     hwt_timeout_release(t);
