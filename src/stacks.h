@@ -89,7 +89,13 @@ static inline void hwt__stack_push_upmc(ck_stack_t *stack, ck_stack_entry_t *ent
 
 /* Pushes one entry and counts it (one double-width CAS: the head and the
  * count change together). Any thread, as hwt__stack_push_upmc; the stack
- * must be 16-byte aligned. */
+ * must be 16-byte aligned. The push is ordered before the caller's later
+ * loads, as a full barrier: a producer pushes, then reads whether the worker
+ * plans to sleep (the other side stores its plan, fences, then reads the
+ * stacks), so each side must see the other's write. x86-64's locked CAS is
+ * such a barrier already (ck's fence is then only the compiler's); arm64's
+ * exclusive pair (ck's ldxp/stxp, no acquire or release) is not, and needs
+ * the fence. */
 static inline void hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *entry)
 {
     ck_stack_t seen, next;
@@ -103,6 +109,7 @@ static inline void hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *
         next.generation = (char *)((uintptr_t)seen.generation + 1);
         ck_pr_fence_store(); /* the entry's link before the entry */
     } while (!ck_pr_cas_ptr_2_value(stack, &seen, &next, &seen));
+    ck_pr_fence_atomic_load();
     HWT_TSAN_IGNORE_END();
 }
 
