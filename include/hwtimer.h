@@ -272,7 +272,10 @@ HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void
  *     belong to the parent: in the child they are not run, not handed back, and
  *     hwt_timeout_cancel on them returns false; their handles may be released
  *     (the child's copy of their memory is left alone). Timers created in the
- *     child work; the parent's are unaffected.
+ *     child work; the parent's are unaffected. A fork() from a task (or a
+ *     cancelled callback, or the executor) runs the child on the worker's
+ *     thread: exec or _exit there; if the callback returns in the child, the
+ *     child calls _exit(0) rather than serve the parent's timer.
  *   - Threads cancelled with pthread_cancel (deferred cancellation) while in a
  *     library call leave no lock held. Asynchronous cancellation is undefined. */
 HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count);

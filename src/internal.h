@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "arena.h"
 #include "clock.h"
@@ -330,6 +331,19 @@ static inline bool hwt__inherited(const hwt_timer *timer)
 {
     return timer->fork_generation !=
            atomic_load_explicit(&hwt__fork_generation, memory_order_relaxed);
+}
+
+/* After a user's callback on the worker thread (a task, a cancelled
+ * callback, the executor): in the child of a fork() made inside it, this
+ * thread is the only one, and the worker of a timer inherited from the
+ * parent, whose timeouts are the parent's and must not run here. Going back
+ * to the worker's loop would run them; the child should have called exec or
+ * _exit in the callback, and ends as if it had: _exit(0) (not exit: the
+ * parent's atexit handlers and stdio buffers are the parent's too). */
+static inline void hwt__end_forked_worker(const hwt_timer *timer)
+{
+    if (hwt__inherited(timer))
+        _exit(0);
 }
 
 /* log.c: with thread cancellation held off around the user's callback. */

@@ -336,8 +336,11 @@ void hwt_timeout_run(hwt_timeout *timeout)
 
 void hwt__run_cancelled_callback(hwt_timeout *timeout)
 {
-    if (atomic_load_explicit(&timeout->state, memory_order_relaxed) & HWT_TO_CANCEL_CB)
-        hwt__task_of(hwt__timer_of(timeout), timeout)->cancelled(timeout, timeout->arg);
+    if (atomic_load_explicit(&timeout->state, memory_order_relaxed) & HWT_TO_CANCEL_CB) {
+        hwt_timer *timer = hwt__timer_of(timeout);
+        hwt__task_of(timer, timeout)->cancelled(timeout, timeout->arg);
+        hwt__end_forked_worker(timer); /* always on the worker */
+    }
 }
 
 void hwt__timeout_unref(hwt_timeout *timeout)

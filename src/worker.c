@@ -464,10 +464,12 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
     bump(&timer->expired, 1); /* release: see hwt_timer_stats */
     if (timer->executor != NULL) {
         timer->executor(timer->executor_ctx, t); /* it owns the in-flight reference */
+        hwt__end_forked_worker(timer);
         return true;
     }
     hwt__record_lateness(timer, t);
     hwt__task_of(timer, t)->run(t, t->arg);
+    hwt__end_forked_worker(timer);
     hwt__timeout_unref(t);
     return true;
 }

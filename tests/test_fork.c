@@ -10,7 +10,9 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +208,66 @@ static void test_fork_from_a_task(void **state)
     hwtt_destroy(timer);
 }
 
+/* fork() from a task, whose child returns from the task instead of calling
+ * exec or _exit: that thread is the child's only one, and back in the
+ * worker's loop it would run the parent's timeouts, in the child, and then
+ * sleep there for good. The child ends (status 0) as the task returns; the
+ * timeouts due after it run once, in the parent only (runs in the child are
+ * counted in shared memory). */
+static pid_t parent_pid;
+static atomic_int *runs_in_child; /* MAP_SHARED: the child's writes show here */
+static atomic_int forked_child = 0;
+
+static void count_where_it_runs(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    if (getpid() != parent_pid)
+        atomic_fetch_add(runs_in_child, 1);
+    else
+        atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void fork_and_return(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    pid_t pid = fork();
+    if (pid != 0)
+        atomic_store(&forked_child, pid);
+}
+
+static void test_a_child_forked_in_a_task_ends_as_the_task_returns(void **state)
+{
+    (void)state;
+    parent_pid = getpid();
+    runs_in_child = mmap(NULL, sizeof *runs_in_child, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(runs_in_child != MAP_FAILED);
+    atomic_store(runs_in_child, 0);
+    atomic_store(&forked_child, 0);
+    atomic_int runs_in_parent = 0;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_new_timeout(timer, fork_and_return, NULL, 1, HWT_MILLISECONDS, NULL), 0);
+    for (int ms = 1; ms <= 50; ms += 7)
+        assert_int_equal(
+            hwt_new_timeout(timer, count_where_it_runs, &runs_in_parent, ms, HWT_MILLISECONDS, NULL),
+            0);
+    assert_true(hwtt_wait_until(atomic_load(&forked_child) != 0, hwtt_slack_ms(5000)));
+    pid_t pid = atomic_load(&forked_child);
+    int status = 0;
+    if (!hwtt_wait_until(waitpid(pid, &status, WNOHANG) == pid, hwtt_slack_ms(10000))) {
+        kill(pid, SIGKILL); /* it blocks every signal, as the worker it was */
+        waitpid(pid, &status, 0);
+        fail_msg("the child went on as the worker (%d runs there)", atomic_load(runs_in_child));
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(hwtt_wait_until(atomic_load(&runs_in_parent) == 8, hwtt_slack_ms(5000)));
+    assert_int_equal(atomic_load(runs_in_child), 0);
+    hwtt_destroy(timer);
+    munmap((void *)runs_in_child, sizeof *runs_in_child);
+}
+
 /* The forking thread's cache of timeouts for an inherited timer is dropped
  * in the child: schedules on a child's timer start from a clean cache, and
  * releasing the inherited handles that the cache would have taken back
@@ -250,6 +312,8 @@ int main(void)
         cmocka_unit_test_teardown(test_child_sees_an_inherited_timer_stopped, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_child_of_an_unstarted_timer, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_fork_from_a_task, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_child_forked_in_a_task_ends_as_the_task_returns,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_forking_thread_cache_is_dropped, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
