@@ -59,6 +59,19 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
         timer->worker.awaiting_cancel++; /* process_cancels drops it */
 }
 
+/* Sets or clears a timeout's HWT_W_DEFERRED and keeps worker.deferred, the
+ * count of them that the final drain waits for, in step. */
+static void set_deferred(hwt_timer *timer, hwt_timeout *t, bool deferred)
+{
+    if (((t->wflags & HWT_W_DEFERRED) != 0) == deferred)
+        return;
+    t->wflags ^= HWT_W_DEFERRED;
+    if (deferred)
+        timer->worker.deferred++;
+    else
+        timer->worker.deferred--;
+}
+
 /* The worker hears of a user's cancel (from its canceller's push, or from
  * the moved stack it was on): unlinks it, calls its cancelled callback, and
  * drops the in-flight reference unless the queue still holds it. */
@@ -71,8 +84,8 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
     } else if (t->wflags & HWT_W_DEFERRED) { /* out of the wheel, for a reschedule */
-        t->wflags = (uint8_t)((t->wflags & ~HWT_W_DEFERRED) | HWT_W_RELEASED);
-        timer->worker.deferred--;
+        set_deferred(timer, t, false);
+        t->wflags |= HWT_W_RELEASED;
         hwt__run_cancelled_callback(t);
         hwt__timeout_unref(t);
     } else if (t->wflags & HWT_W_RELEASED) {
@@ -123,17 +136,6 @@ static size_t process_cancels(hwt_timer *timer)
 }
 
 /* ---------------------------------------------------------- reschedules */
-
-static void set_deferred(hwt_timer *timer, hwt_timeout *t, bool deferred)
-{
-    if (((t->wflags & HWT_W_DEFERRED) != 0) == deferred)
-        return;
-    t->wflags ^= HWT_W_DEFERRED;
-    if (deferred)
-        timer->worker.deferred++;
-    else
-        timer->worker.deferred--;
-}
 
 /* Takes a timeout out of the wheel's way while a reschedule holds it (BUSY:
  * its deadline is being written): it waits on the worker's moved stack, with
