@@ -564,8 +564,7 @@ static void flush(struct thread_cache *c)
     pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
     memset(c, 0, sizeof *c);
-    if (returned > 0)
-        hwt__timer_unref_n(timer, returned);
+    hwt__timer_unref_n(timer, returned + 1); /* + the binding's */
 }
 
 /* The cache's thread-exit destructor. Its key is made on first need, not
@@ -619,6 +618,10 @@ static bool bind(hwt_timer *timer)
         flush(c);
     }
     c->timer = timer;
+    /* The binding's own reference: a cache that allocation has emptied
+     * still points at the timer, and its flush (at thread exit, or when the
+     * thread turns to another timer) locks the timer's pool. */
+    hwt__timer_ref_n(timer, 1);
     return true;
 }
 

@@ -20,6 +20,11 @@ static void noop(hwt_timeout *timeout, void *arg)
     (void)arg;
 }
 
+/* The references a started timer holds besides its timeouts': its
+ * creator's, and the worker's cache binding (each thread whose cache is
+ * bound to the timer holds one, emptied or not). */
+#define BASE_REFS 2
+
 /* A timer's first region is one chunk: this many timeouts. */
 static size_t first_region_capacity(void)
 {
@@ -366,7 +371,7 @@ static void test_freed_regions_go_back(void **state)
     set_last_take(timer, LONG_AGO);
     for (size_t i = 0; i < N; i++)
         hwt_timeout_release(h[i]);
-    assert_int_equal(atomic_load(&timer->refs), 1);
+    assert_int_equal(atomic_load(&timer->refs), BASE_REFS);
     /* What stays: fully free regions while the rest is under the reserve,
      * so the reserve and at most one region more. */
     size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
@@ -427,10 +432,10 @@ static void test_small_bursts_keep_their_memory(void **state)
         for (size_t i = 0; i < n; i++)
             assert_true(hwt_timeout_cancel(h[i]));
         assert_true(hwtt_wait_until(only_handles_hold(h, n), hwtt_slack_ms(5000)));
-        assert_int_equal(atomic_load(&timer->refs), 1 + n); /* the test thread caches none */
+        assert_int_equal(atomic_load(&timer->refs), BASE_REFS + n); /* the test thread caches none */
         for (size_t i = 0; i < n; i++)
             hwt_timeout_release(h[i]);
-        assert_int_equal(atomic_load(&timer->refs), 1); /* all in the depot */
+        assert_int_equal(atomic_load(&timer->refs), BASE_REFS); /* all in the depot */
         assert_int_equal(hwt__pool_capacity(&timer->pool), capacity);
         assert_int_equal(capacity, first); /* the later bursts mapped nothing */
         free(h);
@@ -482,7 +487,7 @@ static void test_no_region_goes_back_during_a_scan(void **state)
     assert_int_equal(ctx.capacity_during, before);
     assert_int_equal(ctx.linked, 0);
     assert_true(after <= timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES));
-    assert_int_equal(atomic_load(&timer->refs), 1);
+    assert_int_equal(atomic_load(&timer->refs), BASE_REFS);
     free(h);
     hwtt_destroy(timer);
 }
@@ -532,7 +537,8 @@ static void test_a_thread_caches_a_bounded_number(void **state)
         assert_true(hwt_timeout_cancel(job.h[i]));
     /* The worker let go of them: the handles and the thread's cache hold. */
     assert_true(hwtt_wait_until(only_handles_hold(job.h, N), hwtt_slack_ms(5000)));
-    assert_int_equal(atomic_load(&timer->refs), 1 + N + job.cached_scheduled);
+    assert_int_equal(atomic_load(&timer->refs),
+                     BASE_REFS + 1 + N + job.cached_scheduled); /* + the thread's binding */
     pthread_barrier_wait(&job.step);
 
     pthread_barrier_wait(&job.step);
@@ -544,11 +550,57 @@ static void test_a_thread_caches_a_bounded_number(void **state)
                   (size_t)HWT_POOL_THREAD_CACHE_MAX);
     assert_true(job.cached_scheduled <= HWT_POOL_THREAD_CACHE_MAX);
     assert_true(job.cached_freed <= HWT_POOL_THREAD_CACHE_MAX);
-    assert_int_equal(refs, 1 + job.cached_freed);
-    assert_int_equal(atomic_load(&timer->refs), 1); /* its exit gave them back */
+    assert_int_equal(refs, BASE_REFS + 1 + job.cached_freed);
+    assert_int_equal(atomic_load(&timer->refs), BASE_REFS); /* its exit gave them back */
     pthread_barrier_destroy(&job.step);
     free(job.h);
     hwtt_destroy(timer);
+}
+
+/* A thread whose cache allocation has emptied stays bound to the timer:
+ * its flush, at thread exit or when it turns to another timer, locks that
+ * timer's pool. It used to hold no reference then, so a destroy elsewhere
+ * freed the timer under it (heap-use-after-free at the thread's exit). The
+ * binding now holds one: after a stop, with every timeout ended and the
+ * worker gone, the creator's and the bound thread's are all there is. */
+struct emptying_job {
+    hwt_timer *timer;
+    atomic_int ran;
+    atomic_bool emptied, may_exit;
+    int scheduled;
+};
+
+static void *empty_the_cache(void *p)
+{
+    struct emptying_job *job = p;
+    do {
+        if (hwt_new_timeout(job->timer, hwtt_count_task, &job->ran, 0, HWT_MILLISECONDS, NULL) !=
+            0)
+            return NULL;
+        job->scheduled++;
+    } while (hwt__pool_thread_cached(job->timer) > 0);
+    atomic_store(&job->emptied, true);
+    int64_t deadline = hwtt_now_ns() + INT64_C(30) * 1000000000;
+    while (!atomic_load(&job->may_exit) && hwtt_now_ns() < deadline)
+        hwtt_sleep_us(100);
+    return NULL; /* the cache's flush runs here */
+}
+
+static void test_an_emptied_cache_keeps_its_timer_alive(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 64); /* not tracked: destroyed here */
+    struct emptying_job job = {.timer = timer};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, empty_the_cache, &job), 0);
+    assert_true(hwtt_wait_until(atomic_load(&job.emptied), hwtt_slack_ms(10000)));
+    assert_true(job.scheduled > 0);
+    assert_true(hwtt_wait_until(atomic_load(&job.ran) == job.scheduled, hwtt_slack_ms(10000)));
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0); /* the worker's cache is flushed */
+    assert_int_equal(atomic_load(&timer->refs), 2);   /* the creator's and the binding's */
+    hwt_timer_destroy(timer);
+    atomic_store(&job.may_exit, true);
+    pthread_join(thread, NULL);
 }
 
 int main(void)
@@ -568,6 +620,7 @@ int main(void)
         cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_an_emptied_cache_keeps_its_timer_alive, hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
