@@ -93,7 +93,7 @@ static int teardown(void **state)
 
 /* ------------------------------------------------------------- threads */
 
-enum { OP_START, OP_SCHEDULE, OP_STOP_LIST, OP_STOP_DROP, OP_DESTROY };
+enum { OP_START, OP_SCHEDULE, OP_STOP_LIST, OP_STOP_DROP, OP_DESTROY, OP_RESCHEDULE };
 
 struct call {
     pthread_t thread;
@@ -105,6 +105,8 @@ struct call {
     int rc;
     hwt_timeout **list;
     size_t count;
+    hwt_timeout *timeout; /* OP_RESCHEDULE: to `delay_ms`; rc is its result (0 or 1) */
+    int64_t delay_ms;
 };
 
 static void *call_main(void *p)
@@ -120,6 +122,9 @@ static void *call_main(void *p)
     case OP_STOP_LIST: c->rc = hwt_stop(c->timer, &c->list, &c->count); break;
     case OP_STOP_DROP: c->rc = hwt_stop(c->timer, NULL, NULL); break;
     case OP_DESTROY: hwt_timer_destroy(c->timer); break;
+    case OP_RESCHEDULE:
+        c->rc = hwt_timeout_reschedule(c->timeout, c->delay_ms, HWT_MILLISECONDS);
+        break;
     }
     atomic_store(&c->done, true);
     return NULL;
@@ -727,35 +732,20 @@ static void test_an_overdue_timeout_taken_while_rescheduled_runs_once(void **sta
 
 /* ------------------------------------- reschedules the worker waits for */
 
-struct reschedule_call {
-    pthread_t thread;
-    hwt_timeout *timeout;
-    int64_t delay_ms;
-    atomic_bool done;
-    bool rc;
-};
-
-static void *reschedule_main(void *p)
-{
-    struct reschedule_call *c = p;
-    c->rc = hwt_timeout_reschedule(c->timeout, c->delay_ms, HWT_MILLISECONDS);
-    atomic_store(&c->done, true);
-    return NULL;
-}
-
-static void begin_reschedule(struct reschedule_call *c, hwt_timeout *t, int64_t delay_ms)
+static void begin_reschedule(struct call *c, hwt_timeout *t, int64_t delay_ms)
 {
     memset(c, 0, sizeof *c);
+    c->op = OP_RESCHEDULE;
     c->timeout = t;
     c->delay_ms = delay_ms;
-    assert_int_equal(pthread_create(&c->thread, NULL, reschedule_main, c), 0);
+    assert_int_equal(pthread_create(&c->thread, NULL, call_main, c), 0);
 }
 
-static bool finish_reschedule(struct reschedule_call *c)
+/* finish() and the reschedule's result. */
+static bool finish_reschedule(struct call *c)
 {
-    assert_true(hwtt_wait_until(atomic_load(&c->done), hwtt_slack_ms(10000)));
-    pthread_join(c->thread, NULL);
-    return c->rc;
+    finish(c);
+    return c->rc != 0;
 }
 
 /* In the wheel (the worker has moved it from its queue). */
@@ -778,7 +768,7 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 1, HWT_HOURS, &t), 0);
     expect_in_wheel(t);
     arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
-    struct reschedule_call first;
+    struct call first;
     begin_reschedule(&first, t, 100);
     expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
     assert_true(hwt_timeout_reschedule(t, 300, HWT_MILLISECONDS));
@@ -807,7 +797,7 @@ static void test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other(void
     expect_in_wheel(t);
     expect_in_wheel(other);
     arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
-    struct reschedule_call earlier;
+    struct call earlier;
     begin_reschedule(&earlier, t, 0); /* earlier: held BUSY */
     expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
     arm(HWT_STEP_WORKER_DEFERS, timer); /* at its slot, 1 s on */
@@ -845,7 +835,7 @@ static void test_a_stop_waits_for_a_deferred_timeout_still_being_pushed(void **s
     assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_SECONDS, &t), 0);
     expect_in_wheel(t);
     arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
-    struct reschedule_call earlier;
+    struct call earlier;
     begin_reschedule(&earlier, t, 0); /* earlier: held BUSY */
     expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
     arm(HWT_STEP_WORKER_DEFERS, timer);
