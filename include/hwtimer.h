@@ -180,7 +180,8 @@ typedef struct hwt_options {
     hwt_sleep_mode sleep_mode;         /* HWT_SLEEP_DEFAULT */
     const pthread_attr_t *thread_attr; /* NULL: defaults. Must be joinable (a detached
                                           attr is HWT_EINVAL) and stay valid until the
-                                          worker has started. */
+                                          worker has started. The worker blocks every
+                                          signal, whatever mask the attr sets. */
     const char *thread_name;           /* "hwtimer"; copied; Linux keeps 15 bytes */
     /* NULL: tasks run on the worker (Netty's ImmediateExecutor). Otherwise the
      * worker calls executor(executor_ctx, timeout) for each expired timeout; the
@@ -257,7 +258,10 @@ HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void
  * hands back or drops what that one kept. Stopping a never-started timer
  * returns 0 with an empty list.
  * HWT_EINVAL: timer NULL, or one out-pointer without the other.
- * HWT_EDEADLK: called from the timer's own worker (from a task).
+ * HWT_EDEADLK: called from the timer's own worker (from a task), or from
+ * another timer's worker whose timer this timer's worker is stopping, itself
+ * or through others (two tasks on two timers stopping each other's timer:
+ * one of them gets it; each would otherwise wait for the other forever).
  * HWT_ENOMEM: the array could not be allocated; the timer is stopped and keeps
  * the timeouts: call hwt_stop() again to get them, or destroy to drop them (their
  * cancelled callbacks then run on the worker, which waits for that stop).
@@ -273,9 +277,12 @@ HWT_EXTERN int hwt_new_timeout_task(hwt_timer *timer, const hwt_task *task, void
  *     hwt_timeout_cancel on them returns false; their handles may be released
  *     (the child's copy of their memory is left alone). Timers created in the
  *     child work; the parent's are unaffected. A fork() from a task (or a
- *     cancelled callback, or the executor) runs the child on the worker's
- *     thread: exec or _exit there; if the callback returns in the child, the
- *     child calls _exit(0) rather than serve the parent's timer.
+ *     cancelled callback, the executor, or a log callback on the worker) runs
+ *     the child on the worker's thread: exec or _exit there; if the callback
+ *     returns in the child, the child calls _exit(0) rather than serve the
+ *     parent's timer. The library's pthread_atfork handlers are registered
+ *     when it is loaded, before the application's, whose handlers may call
+ *     the library (create a timer, destroy an inherited one).
  *   - Threads cancelled with pthread_cancel (deferred cancellation) while in a
  *     library call leave no lock held. Asynchronous cancellation is undefined. */
 HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count);
@@ -284,6 +291,7 @@ HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *co
  * creator's reference. The timer's memory lives on until the last timeout
  * reference is released. From the timer's own worker (a task) it logs an error
  * and does nothing - the timer stays alive, so destroy it from another thread.
+ * The same where hwt_stop() would return HWT_EDEADLK (a cycle of workers).
  * NULL does nothing. Any thread but the worker; once per timer. */
 HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
 

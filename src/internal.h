@@ -248,6 +248,8 @@ struct hwt_timer {
     bool spawned;              /* a worker was created and not joined yet */
     _Atomic bool worker_ready; /* start_ns is set; read by stats without the lock */
     bool stop_busy;            /* a stop is in progress: other stoppers wait for it */
+    hwt_timer *worker_stopping; /* the timer this one's worker is stopping, from a
+                                   callback (timer.c: stop cycles) */
     uint64_t stop_requests;    /* stops asked of the worker... */
     uint64_t stop_replies;     /* ...and answered by it */
     int stop_result;           /* the last answer: 0, or HWT_ENOMEM (it kept the list) */

@@ -595,25 +595,24 @@ static int have_cache_key(void)
     return err;
 }
 
-/* Binds the calling thread's cache to `timer`: false, with nothing changed,
- * when the thread-exit destructor cannot be armed (the cache would then
- * keep the timer's memory forever once the thread exits). */
-static bool bind(hwt_timer *timer)
+/* Binds the calling thread's cache to `timer`: 0, or, with nothing changed,
+ * the error number when the thread-exit destructor cannot be armed (the
+ * cache would then keep the timer's memory forever once the thread exits).
+ * Not logged here: the caller may be in the middle of a schedule that a
+ * stop waits for, and the log callback may stop the timer or schedule. */
+static int bind(hwt_timer *timer)
 {
     struct thread_cache *c = &cache;
     if (c->timer == timer)
-        return true;
+        return 0;
     if (c->timer == NULL) {
         /* Armed afresh each time: the destructor disarms it, and a later
          * destructor of the same exiting thread may schedule again. */
         int err = have_cache_key();
         if (err == 0)
             err = pthread_setspecific(cache_key, c);
-        if (err != 0) {
-            hwt__log(timer, HWT_LOG_ERROR, "no thread key for the timeout cache: %s",
-                     strerror(err));
-            return false;
-        }
+        if (err != 0)
+            return err;
     } else {
         flush(c);
     }
@@ -622,7 +621,7 @@ static bool bind(hwt_timer *timer)
      * still points at the timer, and its flush (at thread exit, or when the
      * thread turns to another timer) locks the timer's pool. */
     hwt__timer_ref_n(timer, 1);
-    return true;
+    return 0;
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)
@@ -639,9 +638,14 @@ void hwt__pool_after_fork_in_child(void)
     pthread_mutex_init(&cache_key_lock, NULL);
 }
 
-bool hwt__pool_bind_thread(hwt_timer *timer)
+int hwt__pool_bind_thread(hwt_timer *timer)
 {
     return bind(timer);
+}
+
+void hwt__pool_log_no_key(const hwt_timer *timer, int err)
+{
+    hwt__log(timer, HWT_LOG_ERROR, "no thread key for the timeout cache: %s", strerror(err));
 }
 
 size_t hwt__pool_thread_cached(hwt_timer *timer)
@@ -670,10 +674,10 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
     return true;
 }
 
-int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out)
+int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key)
 {
     struct thread_cache *c = &cache;
-    if (c->timer != timer && !bind(timer))
+    if (c->timer != timer && (*no_key = bind(timer)) != 0)
         return HWT_ESYS;
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {

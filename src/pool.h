@@ -74,8 +74,10 @@ void hwt__pool_destroy(struct hwt__pool *pool);
 
 /* A zeroed timeout of `timer` in *out: 0, HWT_ENOMEM when memory is
  * exhausted, or HWT_ESYS when the calling thread's cache cannot be set up
- * (no thread key to be had). Nothing changes on failure. Any thread. */
-int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out);
+ * (no thread key to be had: the error number in *no_key, for the caller to
+ * log with hwt__pool_log_no_key once it is safe to). Nothing changes on
+ * failure. Any thread. */
+int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key);
 /* Any thread; `timeout` must not be touched afterwards (its memory may go
  * back to the system). */
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
@@ -99,10 +101,15 @@ void hwt__pool_forget_thread(hwt_timer *timer);
 void hwt__pool_after_fork_in_child(void);
 
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
- * frees are then cached, and given back when it exits). False when no
- * thread key could be had: the thread's frees then go straight to the
- * depot. */
-bool hwt__pool_bind_thread(hwt_timer *timer);
+ * frees are then cached, and given back when it exits). 0, or the error
+ * number when no thread key could be had: the thread's frees then go
+ * straight to the depot. Not logged: see hwt__pool_log_no_key. */
+int hwt__pool_bind_thread(hwt_timer *timer);
+
+/* Logs (ERROR) that no thread key could be had: err, from a bind. Calls the
+ * user's log callback, which may call the library: never from inside a
+ * schedule that a stop may be waiting for, nor before the worker is up. */
+void hwt__pool_log_no_key(const hwt_timer *timer, int err);
 
 /* The most a thread caches for the timer it is bound to: two magazines of
  * freed timeouts and what is left of one never-used chunk. */

@@ -127,10 +127,21 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
         return fail(stripe, HWT_ENOMEM);
     }
     hwt_timeout *t;
-    rc = hwt__timeout_alloc(timer, &t);
+    int no_key = 0;
+    rc = hwt__timeout_alloc(timer, &t, &no_key);
     if (rc != 0) {
         hwt__pending_sub(timer, 1);
-        return fail(stripe, rc);
+        if (rc != HWT_ESYS)
+            return fail(stripe, rc);
+        /* Logged once the call counts as failed: a stop's final drain waits
+         * for every call it counted as started, and the log callback may
+         * stop the timer (or wait on a thread that does). A reference keeps
+         * the timer for the log should a destroy end it meanwhile. */
+        hwt__timer_ref_n(timer, 1);
+        fail(stripe, rc);
+        hwt__pool_log_no_key(timer, no_key);
+        hwt__timer_unref_n(timer, 1);
+        return rc;
     }
     t->task = task;
     t->arg = arg;

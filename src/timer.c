@@ -111,10 +111,18 @@ static int validate(const hwt_options *o, int64_t *tick_ns)
  * forking thread is nobody's worker any more, and its cached timeouts (of
  * an inherited timer) are dropped. The arena (arena.h), which the child's
  * new timers share with the inherited ones, is not forked in the middle of
- * a change. The handlers are registered once, by the
- * first hwt_timer_create; getpid() would be a system call per schedule. */
+ * a change. getpid() instead would be a system call per schedule.
+ *
+ * The handlers are registered when the library is loaded, before main()
+ * and the libraries loaded after this one register theirs: fork() runs
+ * prepare handlers newest first and the others oldest first, so ours lock
+ * the arena after, and make the child's timers inherited before, any
+ * handler of the application's. Such a handler may then call the library:
+ * create a timer, or destroy an inherited one. If that registration
+ * failed, hwt_timer_create tries again (and fails if it cannot). */
 static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool atfork_registered;
+static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_may_stop */
 
 static void after_fork_in_child(void)
 {
@@ -123,6 +131,7 @@ static void after_fork_in_child(void)
     hwt__arena_after_fork_in_child();
     hwt__pool_after_fork_in_child();
     pthread_mutex_init(&atfork_lock, NULL); /* a thread that held it is gone */
+    pthread_mutex_init(&stopping_lock, NULL);
 }
 
 /* 0, or pthread_atfork's error number. */
@@ -137,6 +146,11 @@ static int register_atfork(void)
     }
     pthread_mutex_unlock(&atfork_lock);
     return err;
+}
+
+__attribute__((constructor)) static void register_atfork_at_load(void)
+{
+    (void)register_atfork(); /* a failure is retried, and reported, by hwt_timer_create */
 }
 
 /* The timer's mutexes and condition: 0, or the error number with nothing
@@ -239,7 +253,6 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
         return rc;
     }
     timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
-    timer->fork_generation = atomic_load(&hwt__fork_generation);
 
     if (atomic_fetch_add(&live_timers, 1) + 1 > HWT_MAX_LIVE_TIMERS &&
         !atomic_exchange(&warned_too_many, true))
@@ -247,6 +260,9 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
                  "you are creating too many hwt_timer instances (more than %d live); "
                  "a timer is a shared resource: reuse one across the application",
                  HWT_MAX_LIVE_TIMERS);
+    /* After the log: a callback that forks returns, in the child, a timer
+     * of the child's, not one inherited already. */
+    timer->fork_generation = atomic_load(&hwt__fork_generation);
     *out = timer;
     return 0;
 }
@@ -273,7 +289,9 @@ static void hold(hwt_timer *timer)
     hwt__timer_ref_n(timer, 1);
 }
 
-/* Creates the worker with every signal blocked from its first instruction. */
+/* Creates the worker with every signal blocked from its first instruction
+ * (it inherits this mask), unless thread_attr sets a mask of its own: then
+ * the worker blocks them as it begins (hwt__worker_main). */
 static int spawn_worker(hwt_timer *timer)
 {
     sigset_t all, old;
@@ -405,6 +423,42 @@ static int stop_worker(hwt_timer *timer, hwt_timeout ***list, size_t *count)
     return rc;
 }
 
+/* A worker (in a task, a cancelled callback or the executor) that stops
+ * another timer waits for that timer's worker. Should that worker be
+ * stopping ours, itself or through others, none of them would return: that
+ * stop gets HWT_EDEADLK, as a stop of the worker's own timer does. The
+ * edges (worker_stopping) change under one process-wide lock, taken only
+ * by stops called on a worker, so that of two stops closing a cycle the
+ * second sees the first's edge. A timer on the chain is alive: the stop
+ * that made its edge holds a reference to it. */
+
+/* Records that this thread's worker (if it is one) stops `timer`: false,
+ * with nothing recorded, if that would close a cycle. */
+static bool worker_may_stop(hwt_timer *timer)
+{
+    hwt_timer *self = hwt__current_worker;
+    if (self == NULL)
+        return true;
+    bool acyclic = true;
+    pthread_mutex_lock(&stopping_lock);
+    for (hwt_timer *t = timer; t != NULL && acyclic; t = t->worker_stopping)
+        acyclic = t != self;
+    if (acyclic)
+        self->worker_stopping = timer;
+    pthread_mutex_unlock(&stopping_lock);
+    return acyclic;
+}
+
+static void worker_stop_done(void)
+{
+    hwt_timer *self = hwt__current_worker;
+    if (self == NULL)
+        return;
+    pthread_mutex_lock(&stopping_lock);
+    self->worker_stopping = NULL;
+    pthread_mutex_unlock(&stopping_lock);
+}
+
 int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 {
     if (timer == NULL || (unprocessed == NULL) != (count == NULL))
@@ -425,6 +479,11 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 
     int cancel_state = hold_off_cancellation();
     hold(timer);
+    if (!worker_may_stop(timer)) {
+        hwt__timer_unref_n(timer, 1);
+        allow_cancellation(cancel_state);
+        return HWT_EDEADLK;
+    }
     int rc = 0;
     pthread_mutex_lock(&timer->lifecycle_lock);
     /* Another thread stops it: wait until it is done, then take our turn,
@@ -446,6 +505,7 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
     timer->stop_busy = false;
     pthread_cond_broadcast(&timer->lifecycle_cond);
     pthread_mutex_unlock(&timer->lifecycle_lock);
+    worker_stop_done();
     hwt__timer_unref_n(timer, 1);
     allow_cancellation(cancel_state);
     return rc;
@@ -455,15 +515,24 @@ int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *count)
 
 void hwt_timer_destroy(hwt_timer *timer)
 {
-    if (timer == NULL || hwt__inherited(timer))
+    if (timer == NULL)
         return;
+    if (hwt__inherited(timer)) { /* the child's count of live timers includes it */
+        atomic_fetch_sub(&live_timers, 1);
+        return;
+    }
     if (hwt__current_worker == timer) {
         hwt__log(timer, HWT_LOG_ERROR,
                  "hwt_timer_destroy called from the timer's own task: ignored (destroy it "
                  "from another thread)");
         return;
     }
-    hwt_stop(timer, NULL, NULL);
+    if (hwt_stop(timer, NULL, NULL) == HWT_EDEADLK) {
+        hwt__log(timer, HWT_LOG_ERROR,
+                 "hwt_timer_destroy called on a worker whose timer this timer's worker is "
+                 "stopping: ignored (it would wait for itself)");
+        return;
+    }
     atomic_fetch_sub(&live_timers, 1);
     hwt__pool_forget_thread(timer);
     hwt__timer_unref_n(timer, 1);

@@ -36,6 +36,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include "internal.h"
 #include "os.h"
@@ -748,9 +749,14 @@ static void answer_stops(hwt_timer *timer)
 void *hwt__worker_main(void *arg)
 {
     hwt_timer *timer = arg;
+    /* spawn_worker (timer.c) created us with every signal blocked; a
+     * thread_attr that sets a mask of its own (pthread_attr_setsigmask_np)
+     * overrides that, so block them again. */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
     hwt__current_worker = timer;
     timer->worker.moved_queued_min = INT64_MAX;
-    hwt__pool_bind_thread(timer);
     hwt__os_name_thread(timer->thread_name);
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
         hwt__os_precise_sleeps(); /* wake on time, not 50 us late */
@@ -761,6 +767,14 @@ void *hwt__worker_main(void *arg)
     timer->worker_ready = true;
     pthread_cond_broadcast(&timer->lifecycle_cond);
     pthread_mutex_unlock(&timer->lifecycle_lock);
+    /* Only now that the starters may go on: a failure is logged, and the
+     * log callback may schedule on this timer (which waits for the start),
+     * or fork (the child must not serve this timer). */
+    int no_key = hwt__pool_bind_thread(timer);
+    if (no_key != 0) {
+        hwt__pool_log_no_key(timer, no_key);
+        hwt__end_forked_worker(timer);
+    }
 
     run_loop(timer);
     final_drain(timer);

@@ -3,7 +3,8 @@
  * stopped: schedules get HWT_ESTOPPED, stop returns 0 with an empty list,
  * destroy returns at once, the pending count reads 0, its timeouts are not
  * run, handed back or cancelled there, and its handles may be released.
- * Timers created in the child work; the parent's are unaffected.
+ * Timers created in the child work; the parent's are unaffected. The
+ * child's count of live timers drops with the inherited ones it destroys.
  *
  * The child's checks report through its exit status (cmocka's asserts
  * belong to the test's own process): 0, or the number of the failed check.
@@ -304,6 +305,41 @@ static void test_forking_thread_cache_is_dropped(void **state)
     hwtt_destroy(timer);
 }
 
+/* The warning past 64 live timers counts the inherited ones the child has
+ * not destroyed (they are in its memory), and not those it has. */
+enum { PARENTS_TIMERS = 60, LIVE_TIMERS_WARNED_PAST = 64 };
+
+static void child_destroys_then_creates(void *arg)
+{
+    hwt_timer **inherited = arg;
+    for (int i = 0; i < PARENTS_TIMERS; i++)
+        hwt_timer_destroy(inherited[i]); /* returns at once */
+    static hwtt_log log;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.log = hwtt_log_cb;
+    o.log_ctx = &log;
+    static hwt_timer *mine[LIVE_TIMERS_WARNED_PAST + 1];
+    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
+        CHECK(1, hwt_timer_create(&mine[i], &o) == 0);
+    CHECK(2, atomic_load(&log.count[HWT_LOG_ERROR]) == 0); /* 64 live: no warning */
+    CHECK(3, hwt_timer_create(&mine[LIVE_TIMERS_WARNED_PAST], &o) == 0);
+    CHECK(4, atomic_load(&log.count[HWT_LOG_ERROR]) == 1); /* the 65th: one */
+    for (int i = 0; i <= LIVE_TIMERS_WARNED_PAST; i++)
+        hwt_timer_destroy(mine[i]);
+}
+
+static void test_a_child_does_not_count_the_inherited_timers_it_destroyed(void **state)
+{
+    (void)state;
+    static hwt_timer *timers[PARENTS_TIMERS];
+    for (int i = 0; i < PARENTS_TIMERS; i++)
+        timers[i] = hwtt_timer(100, HWT_MILLISECONDS, 8);
+    assert_int_equal(in_child(child_destroys_then_creates, timers), 0);
+    for (int i = 0; i < PARENTS_TIMERS; i++)
+        hwt_timer_destroy(timers[i]);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -315,6 +351,7 @@ int main(void)
         cmocka_unit_test_teardown(test_a_child_forked_in_a_task_ends_as_the_task_returns,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_forking_thread_cache_is_dropped, hwtt_teardown_timers),
+        cmocka_unit_test(test_a_child_does_not_count_the_inherited_timers_it_destroyed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -427,6 +427,51 @@ static void test_stop_from_task_edeadlk(void **state)
     hwt_timer_destroy(t);
 }
 
+/* Two workers stopping each other's timer from a task: each would wait
+ * for the other's worker, which waits for it. The stop that closes the
+ * cycle gets HWT_EDEADLK, as a stop of the worker's own timer does; the
+ * other then completes. Each task waits until both run, so that both
+ * stops are in flight together. */
+struct mutual {
+    hwt_timer *timer[2];
+    atomic_int running;
+    atomic_int rc[2];
+};
+static struct mutual mutual;
+
+static void stop_the_other(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    int me = (int)(intptr_t)arg;
+    atomic_fetch_add(&mutual.running, 1);
+    while (atomic_load(&mutual.running) < 2)
+        hwtt_sleep_us(100);
+    atomic_store(&mutual.rc[me], hwt_stop(mutual.timer[1 - me], NULL, NULL));
+}
+
+static void test_workers_stopping_each_other_do_not_hang(void **state)
+{
+    (void)state;
+    memset(&mutual, 0, sizeof mutual);
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&mutual.rc[i], 12345);
+        mutual.timer[i] = hwtt_timer(1, HWT_MILLISECONDS, 64);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(hwt_new_timeout(mutual.timer[i], stop_the_other, (void *)(intptr_t)i, 0,
+                                         HWT_MILLISECONDS, NULL),
+                         0);
+    bool both_returned = hwtt_wait_until(
+        atomic_load(&mutual.rc[0]) != 12345 && atomic_load(&mutual.rc[1]) != 12345,
+        hwtt_slack_ms(5000));
+    if (!both_returned)
+        fail_msg("two workers stopping each other hang");
+    int rc0 = atomic_load(&mutual.rc[0]), rc1 = atomic_load(&mutual.rc[1]);
+    assert_true((rc0 == HWT_EDEADLK && rc1 == 0) || (rc0 == 0 && rc1 == HWT_EDEADLK));
+    for (int i = 0; i < 2; i++)
+        hwt_timer_destroy(mutual.timer[i]);
+}
+
 static atomic_int destroy_from_task_done;
 
 static void destroy_from_task(hwt_timeout *timeout, void *arg)
@@ -705,11 +750,17 @@ static void blockable_here(sigset_t *set)
     assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, set), 0);
 }
 
-static void test_worker_blocks_all_signals(void **state)
+/* Starts a timer made with `attr` (NULL: none) and checks that its worker
+ * blocks every signal it can, as it sees its mask and as the kernel does. */
+static void check_worker_blocks_all_signals(const pthread_attr_t *attr)
 {
-    (void)state;
     static probe p;
-    hwt_timer *t = named_timer("hwt-lc-sig", 10);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.thread_name = "hwt-lc-sig";
+    o.tick_duration = 10;
+    o.thread_attr = attr;
+    hwt_timer *t = hwtt_timer_opts(&o);
     sigset_t before, after;
     pthread_sigmask(SIG_BLOCK, NULL, &before);
     assert_int_equal(hwt_timer_start(t), 0);
@@ -751,6 +802,26 @@ static void test_worker_blocks_all_signals(void **state)
         if (!(blk & (1ull << (must[i] - 1))))
             fail_msg("SigBlk %s: signal %d not blocked", sigblk, must[i]);
     }
+}
+
+static void test_worker_blocks_all_signals(void **state)
+{
+    (void)state;
+    check_worker_blocks_all_signals(NULL);
+}
+
+/* glibc gives a thread the attr's signal mask, if it has one, instead of
+ * its creator's: the worker must block them all the same. */
+static void test_worker_blocks_all_signals_whatever_the_attr_sets(void **state)
+{
+    (void)state;
+    pthread_attr_t attr;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    sigset_t none;
+    sigemptyset(&none);
+    assert_int_equal(pthread_attr_setsigmask_np(&attr, &none), 0);
+    check_worker_blocks_all_signals(&attr);
+    pthread_attr_destroy(&attr);
 }
 
 static void test_thread_attr_honoured(void **state)
@@ -795,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_second_stop_empty),
         cmocka_unit_test(test_stop_one_null_out_pointer),
         cmocka_unit_test(test_stop_from_task_edeadlk),
+        cmocka_unit_test(test_workers_stopping_each_other_do_not_hang),
         cmocka_unit_test(test_destroy_from_task_logs_and_does_nothing),
         cmocka_unit_test(test_concurrent_stops),
         cmocka_unit_test(test_destroy_drops_pending),
@@ -804,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_worker_name),
         cmocka_unit_test(test_worker_name_is_copied),
         cmocka_unit_test(test_worker_blocks_all_signals),
+        cmocka_unit_test(test_worker_blocks_all_signals_whatever_the_attr_sets),
         cmocka_unit_test(test_thread_attr_honoured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,13 +4,18 @@
  * logs why, and changes nothing; once a key is free again the next schedule
  * works (the library retries: the failure is not remembered).
  *
- * Runs in a forked child (the test process keeps its keys), and must be the
- * first thing in its process to schedule a timeout: the library makes its
- * key on first need, so this suite holds this one test only.
+ * The failure is logged, and the log callback may call the library: stop
+ * the timer from a producer's failed schedule, or schedule on the timer
+ * from its starting worker (which logs too: it binds a cache of its own).
+ *
+ * Each test runs in a forked child (the test process keeps its keys) that
+ * is the first in its process to schedule a timeout: the library makes its
+ * key on first need, and the test process never schedules.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -78,19 +83,116 @@ static void child(void)
     _exit(0);
 }
 
-static void test_no_thread_key_is_esys_and_changes_nothing(void **state)
+/* Runs fn in a child, which must exit 0 within the deadline (a hang is
+ * killed and fails the test). */
+static void in_child(void (*fn)(void))
 {
-    (void)state;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0)
-        child();
+        fn();
     int status = 0;
     pid_t got;
-    assert_true(hwtt_wait_until((got = waitpid(pid, &status, WNOHANG)) != 0, hwtt_slack_ms(20000)));
+    bool ended = hwtt_wait_until((got = waitpid(pid, &status, WNOHANG)) != 0,
+                                 hwtt_slack_ms(20000));
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the child hung");
+    }
     assert_int_equal(got, pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_no_thread_key_is_esys_and_changes_nothing(void **state)
+{
+    (void)state;
+    in_child(child);
+}
+
+static size_t take_every_key(void)
+{
+    static pthread_key_t keys[MAX_KEYS];
+    size_t n = 0;
+    while (n < MAX_KEYS && pthread_key_create(&keys[n], NULL) == 0)
+        n++;
+    return n;
+}
+
+static hwt_timer *logging_timer;
+static pthread_t producer;
+static atomic_int callback_rc = 1;
+
+/* Stops the timer on the producer's error log ("fatal: shut it down"). */
+static void stop_on_error(void *ctx, hwt_log_level level, const char *message)
+{
+    (void)ctx;
+    (void)message;
+    if (level == HWT_LOG_ERROR && pthread_equal(pthread_self(), producer) &&
+        atomic_load(&callback_rc) == 1)
+        atomic_store(&callback_rc, hwt_stop(logging_timer, NULL, NULL));
+}
+
+static void stop_from_the_log_of_a_failed_schedule(void)
+{
+    producer = pthread_self();
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.log = stop_on_error;
+    CHILD_CHECK(hwt_timer_create(&logging_timer, &o) == 0);
+    CHILD_CHECK(take_every_key() > 0);
+    CHILD_CHECK(hwt_new_timeout(logging_timer, noop, NULL, 1, HWT_HOURS, NULL) == HWT_ESYS);
+    CHILD_CHECK(atomic_load(&callback_rc) == 0); /* the stop returned, from the callback */
+    hwt_timer_destroy(logging_timer);
+    _exit(0);
+}
+
+/* The stop waits for every schedule that counted itself started: a failed
+ * one logs only once it counts as failed. */
+static void test_the_log_of_a_failed_schedule_may_stop_the_timer(void **state)
+{
+    (void)state;
+    in_child(stop_from_the_log_of_a_failed_schedule);
+}
+
+/* Schedules on the timer when its worker logs. */
+static void schedule_on_worker_log(void *ctx, hwt_log_level level, const char *message)
+{
+    (void)ctx;
+    (void)level;
+    (void)message;
+    static atomic_bool called; /* once: the schedule fails and logs in turn */
+    if (!pthread_equal(pthread_self(), producer) && !atomic_exchange(&called, true))
+        atomic_store(&callback_rc,
+                     hwt_new_timeout(logging_timer, noop, NULL, 1, HWT_HOURS, NULL));
+}
+
+static void schedule_from_the_starting_worker_log(void)
+{
+    producer = pthread_self();
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.log = schedule_on_worker_log;
+    CHILD_CHECK(hwt_timer_create(&logging_timer, &o) == 0);
+    CHILD_CHECK(take_every_key() > 0);
+    CHILD_CHECK(hwt_timer_start(logging_timer) == 0);
+    /* The worker logged, and its schedule returned: HWT_ESYS on its
+     * thread too (no key), but it returned. */
+    CHILD_CHECK(hwtt_wait_until(atomic_load(&callback_rc) != 1, 5000));
+    CHILD_CHECK(atomic_load(&callback_rc) == HWT_ESYS);
+    hwt_timer_destroy(logging_timer);
+    _exit(0);
+}
+
+/* The worker logs its own failure once the starters may go on: a schedule
+ * from the callback waits for the start, which the worker itself ends. */
+static void test_the_starting_worker_log_may_schedule(void **state)
+{
+    (void)state;
+    in_child(schedule_from_the_starting_worker_log);
 }
 
 int main(void)
@@ -98,6 +200,8 @@ int main(void)
     hwtt_watchdog(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_thread_key_is_esys_and_changes_nothing),
+        cmocka_unit_test(test_the_log_of_a_failed_schedule_may_stop_the_timer),
+        cmocka_unit_test(test_the_starting_worker_log_may_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

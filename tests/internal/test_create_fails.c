@@ -19,7 +19,9 @@ int __real_pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*ch
 int __real_pthread_mutex_init(pthread_mutex_t *mutex, const pthread_mutexattr_t *attr);
 int __real_pthread_cond_init(pthread_cond_t *cond, const pthread_condattr_t *attr);
 
-static atomic_bool fail_atfork;
+/* True from the start: the registration when the library is loaded (a
+ * constructor, timer.c) fails, so the first create must register. */
+static atomic_bool fail_atfork = true;
 static atomic_int fail_mutex_init_at; /* the k-th call from now fails; 0: none */
 static atomic_int mutex_inits;
 static atomic_bool fail_cond_init;
@@ -97,8 +99,8 @@ static void expect_create_works(void)
     hwt_timer_destroy(timer);
 }
 
-/* First in this process: the handlers are registered by the first create
- * that succeeds in it. */
+/* First in this process: the load-time registration failed (fail_atfork),
+ * so each create tries again, and the first that succeeds registers. */
 static void test_fork_handlers_cannot_be_registered(void **state)
 {
     (void)state;
