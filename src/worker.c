@@ -491,13 +491,33 @@ static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *no
 
 /* ---------------------------------------------------------- the loop */
 
+/* Before the ticks up to `last` are processed: cancels that were let wait
+ * (hwt__plan_cancels_wait, `*cancels_wait` >= 0) are processed first when
+ * one of those ticks has a timeout due, in the wheel or still queued (it
+ * may run as overdue in the transfer). A cancel made before a tick ended
+ * is then processed, its cancelled callback run, before that tick's tasks,
+ * as each tick's order has it; the wait only spares passes that expire
+ * nothing. */
+static void cancels_before_ticks(hwt_timer *timer, int64_t last, bool mid_transfer,
+                                 int64_t *cancels_wait, size_t *cancels)
+{
+    struct hwt__wheel *wheel = &timer->worker.wheel;
+    if (*cancels_wait < 0 || last < wheel->cur)
+        return;
+    if (hwt__wheel_next_event(wheel) > last &&
+        queued_floor(timer, mid_transfer) / timer->tick_ns > last)
+        return;
+    *cancels += process_cancels(timer);
+    *cancels_wait = -1;
+}
+
 /* Moves up to the budget of new timeouts (the stacks' due-soon timeouts
  * first), in slices: the ticks that end meanwhile run between two slices,
  * as far as nothing still queued or taken is due before them, so that a due
  * tick does not wait for a whole budget's transfer. Returns how many were
  * moved. */
 static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *policy,
-                                   bool run_overdue, size_t *cancels)
+                                   bool run_overdue, int64_t *cancels_wait, size_t *cancels)
 {
     struct hwt__wheel *wheel = &timer->worker.wheel;
     bool took[HWT_STRIPES] = {false};
@@ -513,6 +533,7 @@ static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *p
         int64_t ended = hwt__plan_last_tick(policy, queued_floor(timer, true),
                                             hwt__rel_now(timer) / policy->tick_ns - 1);
         if (ended >= wheel->cur) {
+            cancels_before_ticks(timer, ended, true, cancels_wait, cancels);
             hwt__wheel_advance(wheel, ended, expire_node, timer);
             run_overdue = true;
         }
@@ -549,8 +570,10 @@ static void run_loop(hwt_timer *timer)
          * transfer. */
         int64_t ahead = hwt__plan_last_tick(&policy, queued_floor(timer, false), last_elapsed);
         bool ran_ahead = ahead >= wheel->cur;
-        if (ran_ahead)
+        if (ran_ahead) {
+            cancels_before_ticks(timer, ahead, false, &cancels_wait, &cancels);
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
+        }
         /* The backlog's reads (every stripe's lines, which producers write)
          * only after a long sleep: a busy worker passes every tick. */
         bool backlog_waits = !slept_soon && hwt__plan_backlog_waits(&policy, now, slept_soon,
@@ -558,7 +581,7 @@ static void run_loop(hwt_timer *timer)
                                                                     queued_floor(timer, false));
         uint32_t moved = 0;
         if (!backlog_waits)
-            moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels);
+            moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels_wait, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. */
@@ -566,8 +589,10 @@ static void run_loop(hwt_timer *timer)
         int64_t ended = hwt__plan_last_tick(&policy, queued_floor(timer, false), now / tick - 1);
         if (ended > last_elapsed)
             last_elapsed = ended;
-        if (last_elapsed >= wheel->cur)
+        if (last_elapsed >= wheel->cur) {
+            cancels_before_ticks(timer, last_elapsed, false, &cancels_wait, &cancels);
             hwt__wheel_advance(wheel, last_elapsed, expire_node, timer);
+        }
 
         struct hwt__sleep_snapshot seen = {
             .now = now,

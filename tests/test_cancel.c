@@ -462,6 +462,61 @@ static void test_cancelled_callbacks_in_cancel_order(void **state)
         fail_msg("cancelled callbacks ran in the order %.4s, not %s", called_back, with_callback);
 }
 
+/* A cancel made shortly before a tick ends, while the worker sleeps until
+ * that tick: the worker, woken by the cancel, may let it wait to batch it
+ * with others, but not past the tick. Per tick the cancel queue comes
+ * first, so the cancelled callback runs before the tick's task. The wait
+ * is up to half the cancel latency (100 ms): a cancel 30 ms before the
+ * tick is inside it. */
+static atomic_int order_seq, run_seq, cancelled_seq;
+
+static void order_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&run_seq, atomic_fetch_add(&order_seq, 1) + 1);
+}
+
+static void order_cancelled(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&cancelled_seq, atomic_fetch_add(&order_seq, 1) + 1);
+}
+
+static void test_a_cancel_before_a_tick_is_processed_before_its_tasks(void **state)
+{
+    (void)state;
+    static const hwt_task cancelled_one = {.run = never_run, .cancelled = order_cancelled};
+    const int64_t due_ms = 400, cancel_at_ms = 370;
+    bool conclusive = false;
+    for (int attempt = 0; attempt < 3 && !conclusive; attempt++) {
+        atomic_store(&order_seq, 0);
+        atomic_store(&run_seq, 0);
+        atomic_store(&cancelled_seq, 0);
+        hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 1024);
+        hwt_timeout *c = NULL;
+        int64_t t0 = hwtt_now_ns();
+        assert_int_equal(hwt_new_timeout_task(t, &cancelled_one, NULL, 10, HWT_SECONDS, &c), 0);
+        assert_int_equal(hwt_new_timeout(t, order_run, NULL, due_ms, HWT_MILLISECONDS, NULL), 0);
+        while (hwtt_now_ns() - t0 < cancel_at_ms * 1000000)
+            hwtt_sleep_us(500);
+        assert_true(hwt_timeout_cancel(c));
+        /* Only if the cancel came before the task's tick ended does the
+         * order say something (a slow machine may miss it: try again). */
+        conclusive = hwtt_now_ns() - t0 < due_ms * 1000000 && atomic_load(&run_seq) == 0;
+        bool both = hwtt_wait_until(atomic_load(&run_seq) != 0 && atomic_load(&cancelled_seq) != 0,
+                                    hwtt_slack_ms(5000));
+        hwt_timeout_release(c);
+        hwt_timer_destroy(t);
+        assert_true(both);
+        if (conclusive && atomic_load(&cancelled_seq) > atomic_load(&run_seq))
+            fail_msg("the task of the tick ran before the cancelled callback of a cancel made "
+                     "before that tick ended");
+    }
+    assert_true(conclusive);
+}
+
 /* ------------------------------------------------------- many cancels */
 
 #define MANY 10000
@@ -731,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_max_pending_frees_at_once),
         cmocka_unit_test(test_cancel_from_task_same_tick),
         cmocka_unit_test(test_cancelled_callbacks_in_cancel_order),
+        cmocka_unit_test(test_a_cancel_before_a_tick_is_processed_before_its_tasks),
         cmocka_unit_test(test_many_cancels),
         cmocka_unit_test(test_concurrent_cancels_one_winner),
         cmocka_unit_test(test_cancel_near_deadline_never_runs),
