@@ -297,7 +297,9 @@ void hwt__arena_after_fork_in_parent(void)
 
 void hwt__arena_after_fork_in_child(void)
 {
-    pthread_mutex_init(&arena.lock, NULL); /* held by the forking thread: its copy */
+    /* The forking thread took it in hwt__arena_before_fork, and is the
+     * child's one thread: it gives it back, as in the parent. */
+    pthread_mutex_unlock(&arena.lock);
 }
 
 size_t hwt__arena_bytes(void)

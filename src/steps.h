@@ -33,6 +33,8 @@ typedef enum {
     HWT_STEP_WORKER_DEFERS,      /* the worker found a timeout BUSY, before it defers it */
     HWT_STEP_DRAIN_WAITS,        /* the final drain waits for cancels and moved entries still
                                     to come (each time round) */
+    HWT_STEP_RESCHEDULE_COMPARED, /* a later move compared its deadline with the one it read,
+                                     before it writes its own */
     HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
                                     ticks that ended), before the next slice */
     HWT_STEP_COUNT

@@ -197,7 +197,12 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
 /* ------------------------------------------------------------ reschedule
  *
  * Later (the idle-timeout case, the common one): store the deadline, then
- * bump the generation with one CAS. The worker reads the state, then the
+ * bump the generation with one CAS. Should that CAS find another move's
+ * generation, our store may have landed over that move's deadline after
+ * the worker filed the timeout by it (a later one): the call goes the
+ * earlier way below, which tells the worker. Should it find the timeout
+ * ended, the old deadline is put back (false: nothing changed, and expiry
+ * measures lateness by it). The worker reads the state, then the
  * deadline, and expires only with a CAS from the state it read: if it read
  * the old deadline, the bump makes that CAS fail and it reads again; if it
  * read the new one, it files the timeout again. The timeout stays in its
@@ -227,7 +232,9 @@ static void store_deadline(hwt_timeout *t, int64_t deadline)
     __atomic_store_n(&t->node.deadline, deadline, __ATOMIC_RELAXED);
 }
 
-static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
+
+static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s,
+                               bool tell_anyway)
 {
     uint32_t mine;
     for (;;) { /* claim */
@@ -238,9 +245,10 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
             break;
     }
     /* A call taken over (BUSY was set) may have written a deadline the
-     * worker was never told of: the slot the timeout sits in may be later
-     * than anything `before` says, so we tell as for an earlier one. */
-    bool took_over = (s & HWT_TO_BUSY) != 0;
+     * worker was never told of, and a later move's write may have landed
+     * over another's (tell_anyway): the slot the timeout sits in may be
+     * later than anything `before` says, so we tell as for an earlier one. */
+    bool took_over = tell_anyway || (s & HWT_TO_BUSY) != 0;
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
@@ -284,13 +292,22 @@ bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit)
     if ((s & HWT_TO_LIFE) != HWT_TO_INIT) /* expired (also: from its own task), cancelled */
         return false;
     int64_t deadline = new_deadline(timer, hwt__sat_mul(delay, unit_ns));
-    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) &&
-           deadline >= hwt__deadline_of(timeout)) {
+    int64_t seen = hwt__deadline_of(timeout);
+    if ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) && deadline >= seen) {
+        hwt__step_reached(HWT_STEP_RESCHEDULE_COMPARED, timer);
         store_deadline(timeout, deadline);
-        if (atomic_compare_exchange_weak(&timeout->state, &s, s + HWT_TO_GEN))
-            return true;
+        const uint32_t gen = s & HWT_TO_GEN_MASK;
+        while (!atomic_compare_exchange_weak(&timeout->state, &s, s + HWT_TO_GEN)) {
+            if ((s & HWT_TO_LIFE) != HWT_TO_INIT) {
+                store_deadline(timeout, seen); /* false: nothing changed (expiry reads it) */
+                return false;
+            }
+            if ((s & HWT_TO_GEN_MASK) != gen || (s & HWT_TO_BUSY))
+                return reschedule_claimed(timer, timeout, deadline, s, true);
+        }
+        return true;
     }
-    return reschedule_claimed(timer, timeout, deadline, s);
+    return reschedule_claimed(timer, timeout, deadline, s, false);
 }
 
 bool hwt_timeout_is_cancelled(const hwt_timeout *timeout)

@@ -3,6 +3,7 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <signal.h>
@@ -70,7 +71,11 @@ void hwtt_log_cb(void *ctx, hwt_log_level level, const char *message)
     hwtt_log *log = ctx;
     if ((int)level >= 0 && (int)level < 4)
         atomic_fetch_add(&log->count[level], 1);
+    /* Threads may log at once (a producer and the starting worker). */
+    static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&last_lock);
     snprintf(log->last, sizeof log->last, "%s", message);
+    pthread_mutex_unlock(&last_lock);
 }
 
 void hwtt_count_task(hwt_timeout *timeout, void *arg)

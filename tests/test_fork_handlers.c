@@ -39,7 +39,7 @@ static struct findings {
     int child_step;   /* REACHED_CALL / RETURNED_FROM_CALL, in the child handler */
     int parent_step;  /* the same, in the parent handler */
     int prepare_step; /* the same, in the prepare handler */
-    pid_t log_child;  /* the child forked in the log callback */
+    atomic_int log_child; /* the child forked in the log callback (a pid) */
 } *found;
 
 enum handler_action { DO_NOTHING, USE_INHERITED, CREATE_TIMER, DESTROY_TIMER };
@@ -237,7 +237,7 @@ static void forking_log(void *ctx, hwt_log_level level, const char *message)
         return; /* a producer's log, or not the first */
     pid_t pid = fork();
     if (pid > 0)
-        found->log_child = pid;
+        atomic_store(&found->log_child, pid);
 }
 
 static int log_callback_forks_on_the_worker(void)
@@ -255,9 +255,9 @@ static int log_callback_forks_on_the_worker(void)
     while (n < MAX_KEYS && pthread_key_create(&keys[n], NULL) == 0)
         n++;
     (void)hwt_new_timeout(t, noop, NULL, 1, HWT_HOURS, NULL); /* HWT_ESYS here: no key */
-    if (!hwtt_wait_until(found->log_child > 0, hwtt_slack_ms(5000)))
+    if (!hwtt_wait_until(atomic_load(&found->log_child) > 0, hwtt_slack_ms(5000)))
         return 91; /* the worker did not log: the test proves nothing */
-    pid_t pid = found->log_child;
+    pid_t pid = atomic_load(&found->log_child);
     int status = 0;
     if (!hwtt_wait_until(waitpid(pid, &status, WNOHANG) == pid, hwtt_slack_ms(5000))) {
         kill(pid, SIGKILL);

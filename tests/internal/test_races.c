@@ -779,6 +779,79 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwtt_destroy(timer);
 }
 
+/* Two later moves at once: the first compared its deadline (+100 ms) with
+ * the one it read and paused; the second moved the timeout to +10 s, and
+ * the worker, at the old slot, filed it again by that. The first then wrote
+ * +100 ms over it as a later move (the generation check passed on a retry)
+ * and returned true: due at +100 ms, the timeout sat in the +10 s slot.
+ * Its generation CAS, which finds the other's generation, now sends it the
+ * earlier way, which tells the worker. */
+static void test_two_later_moves_at_once_leave_it_due_at_the_last(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 512));
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, &t), 0);
+    uint64_t refiled = atomic_load(&timer->refiled);
+    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
+    struct call first;
+    begin_reschedule(&first, t, 100);
+    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_true(hwt_timeout_reschedule(t, 10, HWT_SECONDS)); /* the gate is spent: no pause */
+    /* the worker reaches the old slot (50 ms) and files it again at +10 s */
+    assert_true(hwtt_wait_until(atomic_load(&timer->refiled) > refiled, hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_true(finish_reschedule(&first)); /* the last to write: due at +100 ms */
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(3000)));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* A later move that loses to expiry returns false, "nothing changed": it
+ * used to leave its deadline written (an hour on), and the executor's run
+ * then measured the task's lateness against it: late_max_ns stayed 0. */
+static _Atomic(hwt_timeout *) handed_over;
+static _Atomic int64_t deadline_at_hand_over;
+
+static void holding_executor(void *ctx, hwt_timeout *timeout)
+{
+    (void)ctx;
+    atomic_store(&deadline_at_hand_over, hwt__deadline_of(timeout));
+    atomic_store(&handed_over, timeout);
+}
+
+static void test_a_later_move_that_loses_to_expiry_changes_nothing(void **state)
+{
+    (void)state;
+    atomic_store(&handed_over, NULL);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.executor = holding_executor;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 30, HWT_MILLISECONDS, &t), 0);
+    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
+    struct call later;
+    begin_reschedule(&later, t, 3600 * 1000);
+    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_true(hwtt_wait_until(atomic_load(&handed_over) != NULL, hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_false(finish_reschedule(&later));
+    assert_true(hwt__deadline_of(t) == atomic_load(&deadline_at_hand_over));
+    const int64_t late_ms = 20;
+    hwtt_sleep_ms(late_ms); /* the task starts at least this late */
+    hwt_timeout_run(t);
+    assert_int_equal(atomic_load(&ran), 1);
+    hwt_stats stats;
+    hwt_timer_stats(timer, &stats);
+    assert_true(stats.late_max_ns >= (uint64_t)late_ms * 1000000);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
 /* The worker finds a timeout's slot due while a reschedule holds it BUSY,
  * and a cancel wins before it defers the timeout: the canceller has pushed
  * the timeout's one stack link on its cancel stack, on top of another
@@ -932,6 +1005,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_later_moves_at_once_leave_it_due_at_the_last,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_later_move_that_loses_to_expiry_changes_nothing,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
         cmocka_unit_test_setup_teardown(
