@@ -21,8 +21,8 @@
  *                 so later ones need no system call.
  *   wake_seq      the futex word: a waker increments it, then wakes.
  *
- * No lost wake-up: the worker publishes wake_before/cancel_watch, clears
- * kicked, reads wake_seq, and only then checks the queues (queued_min, the
+ * No lost wake-up: the worker publishes wake_before/cancel_watch, reads
+ * wake_seq, clears kicked, and only then checks the queues (queued_min, the
  * cancel stacks) and the state; a waker makes its change visible (enqueue and
  * queued_min, push, SHUTDOWN) before it reads wake_before/cancel_watch and
  * bumps wake_seq. Either the worker sees the change, or the waker sees the
@@ -34,6 +34,7 @@
  * push them, on the CPUs and cache lines the producers need.
  */
 #define _GNU_SOURCE
+#include <ck_pr.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -363,8 +364,13 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
             return NULL;
         if (took != NULL)
             *took = true;
-        /* Before the take: a deadline pushed after it is noted afresh. */
+        /* Before the take: a deadline pushed after it is noted afresh. And
+         * seen so by every thread before the take is: a producer whose push
+         * follows the take must not read the minimum of what we took (on
+         * arm64 the store-release does not order the exclusive pair of the
+         * take after it; on x86-64 this is only the compiler's barrier). */
         atomic_store(&stripe->queued_min, INT64_MAX);
+        ck_pr_fence_store_atomic();
         int64_t soon_before =
             hwt__sat_add(hwt__rel_now(timer), hwt__plan_soon_ns(timer->tick_ns));
         e = reverse_live(timer, i, hwt__stack_take_all_upmc(&stripe->queue), soon_before, dropped);
@@ -608,8 +614,13 @@ static void run_loop(hwt_timer *timer)
 
         atomic_store(&timer->wake_before, plan.wake_before);
         atomic_store(&timer->cancel_watch, plan.cancel_watch);
-        atomic_store(&timer->kicked, 0);
+        /* The key before kicked is cleared: a waker that then finds kicked
+         * clear bumps wake_seq after this read, and the futex wait returns
+         * at once. Read after, a kick between the two was absorbed: kicked
+         * stayed set, and every later waker made no call. */
         uint32_t key = atomic_load(&timer->wake_seq);
+        atomic_store(&timer->kicked, 0);
+        hwt__step_reached(HWT_STEP_WORKER_PLANNED, timer);
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;
         /* What came in since: read after the plan is published (see the top

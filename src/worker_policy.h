@@ -270,6 +270,13 @@ static inline bool hwt__plan_may_sleep(const struct hwt__policy *p,
         return false;
     if (plan->more_queued)
         return true; /* woken at the end of this tick: see hwt__plan_sleep */
+    /* New timeouts queued since the snapshot, and a plan past the latency:
+     * a canceller of one of them (not pushed: nothing else shows it) or a
+     * producer that found a budget queued may have kicked already, with
+     * nothing for us to see but the count. Plan again: with them queued,
+     * within the latency. */
+    if (!plan->cancel_watch && r->queued > 0)
+        return false;
     return r->earliest_queued >= plan->move_now_before && r->queued < (int64_t)p->backlog_kick;
 }
 

@@ -940,6 +940,104 @@ static void test_a_stop_waits_for_a_deferred_timeout_still_being_pushed(void **s
     hwtt_destroy(timer);
 }
 
+/* ----------------------------------------------------------- wake-ups */
+
+/* A timer whose wheel reaches 80 s at level 0, so that a far timeout is
+ * its next event and the worker plans to sleep until it. */
+static hwt_timer *far_sleeping_timer(uint32_t max_transfers)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.ticks_per_wheel = 8192;
+    o.max_transfers_per_tick = max_transfers;
+    return hwtt_track(hwtt_timer_opts(&o));
+}
+
+/* Pauses the worker, at the step after it read the futex word and cleared
+ * kicked, in the first pass that plans to sleep past the cancel latency
+ * (cancel_watch 0) until 10 s on or later: it schedules a timeout 20 s on.
+ * Other passes (moving that timeout first) go on. */
+static void pause_in_a_far_plan(hwt__step step, void *timer)
+{
+    hwt_timer *t = timer;
+    if (step == HWT_STEP_WORKER_PLANNED && !atomic_load(&t->cancel_watch) &&
+        atomic_load(&t->wake_before) > hwt__rel_now(t) + INT64_C(10000000000))
+        step_hook(step, timer);
+}
+
+static void pause_worker_before_a_far_sleep(hwt_timer *timer)
+{
+    hwt__set_step_hook(pause_in_a_far_plan);
+    arm(HWT_STEP_WORKER_PLANNED, timer);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 20, HWT_SECONDS, NULL), 0);
+    expect_reached(HWT_STEP_WORKER_PLANNED);
+}
+
+/* With the worker let go to its far sleep: a timeout due in 50 ms runs in
+ * time. The short wait lets the worker reach its sleep first, so that the
+ * test sees a lost wake-up; with none it passes either way. */
+static void expect_a_near_timeout_in_time(hwt_timer *timer)
+{
+    open_gate(HWT_STEP_WORKER_PLANNED);
+    hwt__set_step_hook(step_hook);
+    hwtt_sleep_ms(50);
+    atomic_int ran = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, NULL), 0);
+    if (!hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(2000)))
+        fail_msg("a timeout due in 50 ms did not run within 2 s: the worker sleeps until "
+                 "%lld ms, kicked %d",
+                 (long long)(atomic_load(&timer->wake_before) / 1000000),
+                 atomic_load(&timer->kicked));
+}
+
+/* A cancel of a still-queued timeout without a cancelled callback is not
+ * pushed, and it kicks the worker (which plans past the latency). The kick
+ * came after the worker cleared kicked and before it read the futex word:
+ * the wake was absorbed, the worker's recheck saw nothing to do, and it
+ * slept with kicked set, so that every later waker made no call: a timeout
+ * due in 50 ms waited for the far wake-up. */
+static void test_a_kick_before_the_worker_sleeps_is_not_lost(void **state)
+{
+    (void)state;
+    hwt_timer *timer = far_sleeping_timer(100000);
+    pause_worker_before_a_far_sleep(timer);
+    hwt_timeout *queued;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 40, HWT_SECONDS, &queued), 0);
+    assert_true(hwt_timeout_cancel(queued)); /* not pushed: kicks */
+    hwt_timeout_release(queued);
+    assert_int_equal(atomic_load(&timer->kicked), 1);
+    expect_a_near_timeout_in_time(timer);
+    hwtt_destroy(timer);
+}
+
+/* The same with the backlog kick: a thread's schedule that finds a budget
+ * queued (500) while the worker plans past the latency kicks it; the
+ * worker's recheck only looked for the larger backlog_kick. */
+static void *schedule_a_check_interval_far(void *p)
+{
+    hwt_timer *timer = p;
+    for (int i = 0; i < HWT_BACKLOG_CHECK_EVERY; i++)
+        if (hwt_new_timeout(timer, hwtt_count_task, NULL, 40, HWT_SECONDS, NULL) != 0)
+            return p;
+    return NULL;
+}
+
+static void test_a_backlog_kick_before_the_worker_sleeps_is_not_lost(void **state)
+{
+    (void)state;
+    hwt_timer *timer = far_sleeping_timer(500);
+    pause_worker_before_a_far_sleep(timer);
+    pthread_t producer; /* a new thread: its count of schedules starts at 0 */
+    assert_int_equal(pthread_create(&producer, NULL, schedule_a_check_interval_far, timer), 0);
+    void *failed;
+    pthread_join(producer, &failed);
+    assert_null(failed);
+    assert_int_equal(atomic_load(&timer->kicked), 1);
+    expect_a_near_timeout_in_time(timer);
+    hwtt_destroy(timer);
+}
+
 static void test_lifecycle_races_at_full_speed(void **state)
 {
     (void)state;
@@ -1013,6 +1111,10 @@ int main(void)
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_stop_waits_for_a_deferred_timeout_still_being_pushed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_kick_before_the_worker_sleeps_is_not_lost, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_backlog_kick_before_the_worker_sleeps_is_not_lost,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_races_at_full_speed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
