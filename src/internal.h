@@ -197,6 +197,7 @@ struct hwt_timer {
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
     uint64_t backlog_kick;     /* hwt__backlog_kick(max_transfers): producers read it */
+    uint64_t backlog_check_mask; /* hwt__backlog_check_mask: when a push looks at the backlog */
     int64_t start_ns; /* set by the worker before state becomes STARTED */
 
     /* ---- producer side: any thread */

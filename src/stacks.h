@@ -95,8 +95,8 @@ static inline void hwt__stack_push_upmc(ck_stack_t *stack, ck_stack_entry_t *ent
  * stacks), so each side must see the other's write. x86-64's locked CAS is
  * such a barrier already (ck's fence is then only the compiler's); arm64's
  * exclusive pair (ck's ldxp/stxp, no acquire or release) is not, and needs
- * the fence. */
-static inline void hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *entry)
+ * the fence. Returns the count with this push: how many were ever pushed. */
+static inline uint64_t hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *entry)
 {
     ck_stack_t seen, next;
     HWT_TSAN_RELEASE(stack);
@@ -111,6 +111,7 @@ static inline void hwt__stack_push_counted(ck_stack_t *stack, ck_stack_entry_t *
     } while (!ck_pr_cas_ptr_2_value(stack, &seen, &next, &seen));
     ck_pr_fence_atomic_load();
     HWT_TSAN_IGNORE_END();
+    return (uint64_t)(uintptr_t)next.generation;
 }
 
 /* How many entries were ever pushed with hwt__stack_push_counted: a load,

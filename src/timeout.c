@@ -38,10 +38,6 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
     return 0;
 }
 
-/* Timeouts scheduled by this thread since its last look at the worker's
- * backlog (HWT_BACKLOG_CHECK_EVERY, worker_policy.h). */
-static HWT_THREAD_LOCAL unsigned schedules_since_check;
-
 /* Wakes the worker from its planned sleep, once per plan: the first waker
  * since it planned makes the system call, the others see `kicked`. */
 static void kick(hwt_timer *timer)
@@ -64,12 +60,13 @@ static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
     }
 }
 
-/* Wakes the worker when it plans to sleep past this deadline, when the
- * queues grow past the timer's backlog_kick (hwt__backlog_kick), or when
- * they hold a transfer budget and it plans to sleep past the cancel latency
- * (it then moves them within the latency, after the burst:
- * hwt__plan_backlog_waits). */
-static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
+/* Wakes the worker when it plans to sleep past this deadline; and, for a
+ * schedule whose push (`pushes`: its stripe's count with it, 0 for none)
+ * lands on the look interval (backlog_check_mask), when the queues grow
+ * past the timer's backlog_kick (hwt__backlog_kick), or when they hold a
+ * transfer budget and it plans to sleep past the cancel latency (it then
+ * moves them within the latency, after the burst: hwt__plan_backlog_waits). */
+static void maybe_wake_for(hwt_timer *timer, int64_t deadline, uint64_t pushes)
 {
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
         return;
@@ -77,9 +74,8 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline)
         kick(timer);
         return;
     }
-    if (++schedules_since_check < HWT_BACKLOG_CHECK_EVERY)
+    if (pushes == 0 || (pushes & timer->backlog_check_mask) != 0)
         return;
-    schedules_since_check = 0;
     uint64_t queued = hwt__queued_count(timer);
     if (queued >= timer->backlog_kick ||
         (queued >= timer->max_transfers && !atomic_load(&timer->cancel_watch)))
@@ -164,9 +160,9 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     /* The push counts it scheduled: before anyone can end it (the worker
      * takes it from the queue; a canceller needs the handle, returned
      * after), as hwt_timer_stats, reading ends before starts, needs. */
-    hwt__stack_push_counted(&stripe->queue, &t->queue_link);
+    uint64_t pushes = hwt__stack_push_counted(&stripe->queue, &t->queue_link);
     note_queued_deadline(stripe, deadline);
-    maybe_wake_for(timer, deadline);
+    maybe_wake_for(timer, deadline, pushes);
     return 0;
 }
 
@@ -273,7 +269,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
                  * earlier move left): wake it. The push before the read of
                  * its plan (see the worker's moved_waiting). */
                 atomic_thread_fence(memory_order_seq_cst);
-                maybe_wake_for(timer, deadline);
+                maybe_wake_for(timer, deadline, 0);
             }
             return true;
         }

@@ -222,6 +222,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     timer->max_pending = options->max_pending_timeouts;
     timer->max_transfers = options->max_transfers_per_tick;
     timer->backlog_kick = hwt__backlog_kick(timer->max_transfers);
+    timer->backlog_check_mask = hwt__backlog_check_mask(timer->max_transfers, HWT_STRIPES);
     timer->thread_attr = options->thread_attr;
     snprintf(timer->thread_name, sizeof timer->thread_name, "%s",
              options->thread_name != NULL ? options->thread_name : "hwtimer");

@@ -67,10 +67,13 @@
  * about 1-2 ms of walking. */
 #define HWT_BACKLOG_BUDGETS 10
 
-/* How many schedules a producer thread makes between two looks at the
- * backlog: the look reads every stripe's counter (17 cache lines that other
- * producers write), too dear for every call; a backlog over the threshold
- * is then seen at most this many schedules late per thread. */
+/* At most how many schedules a stripe takes between two looks at the
+ * backlog (whichever thread's push lands on a multiple of the interval
+ * looks): the look reads every stripe's counter (17 cache lines that other
+ * producers write), too dear for every call. Counted per stripe, not per
+ * thread, so that a backlog spread over many threads, each making few
+ * schedules, is seen too. Fewer for small transfer budgets: see
+ * hwt__backlog_check_mask. */
 #define HWT_BACKLOG_CHECK_EVERY 1024
 
 /* Timeouts moved between two looks at the clock in a long transfer. Moving
@@ -100,6 +103,19 @@
 static inline uint64_t hwt__backlog_kick(uint32_t max_transfers)
 {
     return (uint64_t)HWT_BACKLOG_BUDGETS * max_transfers;
+}
+
+/* The interval of the looks at the backlog, as a mask of a stripe's push
+ * count (a power of two: no division per schedule): at most
+ * HWT_BACKLOG_CHECK_EVERY, and small enough that a budget of new timeouts
+ * spread evenly over the stripes is looked at, at least once per stripe. */
+static inline uint64_t hwt__backlog_check_mask(uint32_t max_transfers, unsigned stripes)
+{
+    uint64_t every = max_transfers / stripes;
+    uint64_t pow2 = 1;
+    while (pow2 * 2 <= every && pow2 * 2 <= HWT_BACKLOG_CHECK_EVERY)
+        pow2 *= 2;
+    return pow2 - 1;
 }
 
 /* The cancel latency: max(tick, HWT_CANCEL_LATENCY_MIN_NS). */

@@ -8,6 +8,7 @@
  * of them finds planning a longer sleep. The plan's side of both is
  * checked without threads in test_plan.c.
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "helpers.h"
@@ -59,6 +60,50 @@ static void test_backlog_wakes_the_worker(void **state)
         fail_msg("%llu of %llu moved into the wheel", (unsigned long long)transferred(timer),
                  (unsigned long long)(n + 1));
     assert_int_equal(hwt_pending_timeouts(timer), (int64_t)(n + 1));
+    hwtt_destroy(timer);
+}
+
+/* The same backlog made by many threads, each making fewer schedules than
+ * HWT_BACKLOG_CHECK_EVERY: the looks used to be counted per thread, so no
+ * thread ever looked and the worker slept on. They are counted per stripe
+ * now, every few pushes for a small budget (hwt__backlog_check_mask). */
+enum { SPREAD_THREADS = 16, SPREAD_EACH = 1000, SPREAD_BUDGET = 1000 };
+
+static void *schedule_spread_share(void *p)
+{
+    hwt_timer *timer = p;
+    for (int i = 0; i < SPREAD_EACH; i++)
+        if (hwt_new_timeout(timer, noop, NULL, 2, HWT_HOURS, NULL) != 0)
+            return p;
+    return NULL;
+}
+
+static void test_a_backlog_spread_over_many_threads_wakes_the_worker(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.tick_unit = HWT_MINUTES;
+    o.max_transfers_per_tick = SPREAD_BUDGET;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_true(SPREAD_EACH < HWT_BACKLOG_CHECK_EVERY &&
+                SPREAD_THREADS * SPREAD_EACH > timer->backlog_kick);
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+    assert_true(hwtt_wait_until(transferred(timer) == 1, hwtt_slack_ms(2000)));
+    pthread_t producers[SPREAD_THREADS];
+    for (int i = 0; i < SPREAD_THREADS; i++)
+        assert_int_equal(pthread_create(&producers[i], NULL, schedule_spread_share, timer), 0);
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        void *failed;
+        pthread_join(producers[i], &failed);
+        assert_null(failed);
+    }
+    /* Woken, the worker moves a budget at once (the rest at the end of
+     * the 10 minute tick). */
+    if (!hwtt_wait_until(transferred(timer) >= 1 + SPREAD_BUDGET, hwtt_slack_ms(5000)))
+        fail_msg("%llu of %d moved into the wheel: nobody woke the worker",
+                 (unsigned long long)transferred(timer), 1 + SPREAD_THREADS * SPREAD_EACH);
     hwtt_destroy(timer);
 }
 
@@ -137,6 +182,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_backlog_wakes_the_worker, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_backlog_spread_over_many_threads_wakes_the_worker,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_queued_timeouts_move_within_the_cancel_latency,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_budget_queued_moves_within_the_cancel_latency,

@@ -54,6 +54,14 @@ static void test_derived_thresholds(void **state)
     assert_int_equal(hwt__backlog_kick(100000), 1000000);
     assert_int_equal(hwt__backlog_kick(1), HWT_BACKLOG_BUDGETS);
     assert_true(hwt__backlog_kick(UINT32_MAX) == (uint64_t)HWT_BACKLOG_BUDGETS * UINT32_MAX);
+    /* A stripe's pushes look at the backlog every 1024 with the default
+     * budget; for small budgets often enough that a budget spread over the
+     * 17 stripes is looked at on each (1000 / 17 = 58: every 32); every
+     * push for a budget below the stripe count. */
+    assert_int_equal(hwt__backlog_check_mask(100000, 17), HWT_BACKLOG_CHECK_EVERY - 1);
+    assert_int_equal(hwt__backlog_check_mask(1000, 17), 31);
+    assert_int_equal(hwt__backlog_check_mask(16, 17), 0);
+    assert_int_equal(hwt__backlog_check_mask(UINT32_MAX, 17), HWT_BACKLOG_CHECK_EVERY - 1);
     /* The cancel latency is max(tick, 100 ms). */
     assert_int_equal(hwt__cancel_latency(1 * MS), 100 * MS);
     assert_int_equal(hwt__cancel_latency(1000 * MS), 1000 * MS);
@@ -322,6 +330,15 @@ static void test_what_keeps_the_worker_awake(void **state)
     /* With no wake-up planned, whatever is queued is moved now. */
     r.queued = 1;
     assert_false(hwt__plan_may_sleep(&p, &never, &r));
+    /* Nor with one planned past the latency: a kick for them (a cancel of
+     * one, a budget of them) may have come already: plan again. */
+    s = quiet(1000);
+    struct hwt__sleep_plan far = hwt__plan_sleep(&p, &s);
+    assert_false(far.cancel_watch);
+    r.queued = 0;
+    assert_true(hwt__plan_may_sleep(&p, &far, &r));
+    r.queued = 1;
+    assert_false(hwt__plan_may_sleep(&p, &far, &r));
 
     /* A tick already due (the next event at cur): anything queued is moved
      * now, so that the tick's expiry does not wait behind it later. */
