@@ -956,13 +956,16 @@ static hwt_timer *far_sleeping_timer(uint32_t max_transfers)
 
 /* Pauses the worker, at the step after it read the futex word and cleared
  * kicked, in the first pass that plans to sleep past the cancel latency
- * (cancel_watch 0) until 10 s on or later: it schedules a timeout 20 s on.
- * Other passes (moving that timeout first) go on. */
+ * (cancel_watch 0) until a deadline 10 s on or later: it schedules a
+ * timeout 20 s on. Other passes go on: the first, which may come before
+ * that timeout is queued and plan to sleep until woken, and any that moves
+ * it. */
 static void pause_in_a_far_plan(hwt__step step, void *timer)
 {
     hwt_timer *t = timer;
+    int64_t wake_before = atomic_load(&t->wake_before);
     if (step == HWT_STEP_WORKER_PLANNED && !atomic_load(&t->cancel_watch) &&
-        atomic_load(&t->wake_before) > hwt__rel_now(t) + INT64_C(10000000000))
+        wake_before > hwt__rel_now(t) + INT64_C(10000000000) && wake_before != INT64_MAX)
         step_hook(step, timer);
 }
 
