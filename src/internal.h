@@ -466,7 +466,7 @@ void *hwt__worker_main(void *arg);
 int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
                   int64_t delay_ns, hwt_timeout **timeout);
 void hwt__timeout_unref(hwt_timeout *timeout);
-void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout);
+void hwt__record_lateness(hwt_timer *timer, int64_t deadline);
 void hwt__run_cancelled_callback(hwt_timeout *timeout);
 
 static inline hwt_timeout *hwt__timeout_of_queue_link(ck_stack_entry_t *entry)

@@ -192,13 +192,18 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
 
 /* ------------------------------------------------------------ reschedule
  *
- * Later (the idle-timeout case, the common one): store the deadline, then
- * bump the generation with one CAS. Should that CAS find another move's
- * generation, our store may have landed over that move's deadline after
- * the worker filed the timeout by it (a later one): the call goes the
- * earlier way below, which tells the worker. Should it find the timeout
- * ended, the old deadline is put back (false: nothing changed, and expiry
- * measures lateness by it). The worker reads the state, then the
+ * Later (the idle-timeout case, the common one): write the deadline with a
+ * CAS from the one it was compared with, then bump the generation with a
+ * CAS. The first CAS keeps a move from writing over another's deadline that
+ * it was never compared with (two later moves at once: the worker could
+ * file, or expire, the timeout by the loser's, earlier than a move that
+ * returned true); failing, the call compares again, and may go the earlier
+ * way below. Should the second find another move's generation (or BUSY),
+ * the worker may have filed the timeout by that move's deadline, later
+ * than ours: the call goes the earlier way, which tells the worker. Should
+ * it find the timeout ended, the old deadline is put back (false: nothing
+ * changed, and an executor's run measures lateness by it). The worker
+ * reads the state, then the
  * deadline, and expires only with a CAS from the state it read: if it read
  * the old deadline, the bump makes that CAS fail and it reads again; if it
  * read the new one, it files the timeout again. The timeout stays in its
@@ -226,6 +231,14 @@ static int64_t new_deadline(hwt_timer *timer, int64_t delay_ns)
 static void store_deadline(hwt_timeout *t, int64_t deadline)
 {
     __atomic_store_n(&t->node.deadline, deadline, __ATOMIC_RELAXED);
+}
+
+/* Writes `deadline` if the timeout's is still *expected; else false, with
+ * the current one in *expected. */
+static bool replace_deadline(hwt_timeout *t, int64_t *expected, int64_t deadline)
+{
+    return __atomic_compare_exchange_n(&t->node.deadline, expected, deadline, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 
@@ -289,13 +302,21 @@ bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit)
         return false;
     int64_t deadline = new_deadline(timer, hwt__sat_mul(delay, unit_ns));
     int64_t seen = hwt__deadline_of(timeout);
-    if ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) && deadline >= seen) {
+    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) && deadline >= seen) {
         hwt__step_reached(HWT_STEP_RESCHEDULE_COMPARED, timer);
-        store_deadline(timeout, deadline);
+        /* Only over the deadline compared with: else another move wrote
+         * since, and ours may be earlier than that one (compare again). */
+        if (!replace_deadline(timeout, &seen, deadline)) {
+            s = atomic_load(&timeout->state);
+            continue;
+        }
         const uint32_t gen = s & HWT_TO_GEN_MASK;
         while (!atomic_compare_exchange_weak(&timeout->state, &s, s + HWT_TO_GEN)) {
             if ((s & HWT_TO_LIFE) != HWT_TO_INIT) {
-                store_deadline(timeout, seen); /* false: nothing changed (expiry reads it) */
+                /* Ended meanwhile: false, nothing changed - the deadline
+                 * back as it was, unless another move wrote since. */
+                int64_t mine = deadline;
+                replace_deadline(timeout, &mine, seen);
                 return false;
             }
             if ((s & HWT_TO_GEN_MASK) != gen || (s & HWT_TO_BUSY))
@@ -331,9 +352,9 @@ void *hwt_timeout_arg(const hwt_timeout *timeout)
     return timeout != NULL ? timeout->arg : NULL;
 }
 
-void hwt__record_lateness(hwt_timer *timer, const hwt_timeout *timeout)
+void hwt__record_lateness(hwt_timer *timer, int64_t deadline)
 {
-    int64_t late = hwt__rel_now(timer) - hwt__deadline_of(timeout);
+    int64_t late = hwt__rel_now(timer) - deadline;
     if (late <= 0)
         return;
     uint64_t cur = atomic_load_explicit(&timer->late_max_ns, memory_order_relaxed);
@@ -353,7 +374,7 @@ void hwt_timeout_run(hwt_timeout *timeout)
     uint32_t prev = atomic_fetch_and(&timeout->state, ~(uint32_t)HWT_TO_EXEC_ARMED);
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
-    hwt__record_lateness(timer, timeout);
+    hwt__record_lateness(timer, hwt__deadline_of(timeout));
     hwt__task_of(timer, timeout)->run(timeout, timeout->arg);
     hwt__timeout_unref(timeout);
 }

@@ -450,6 +450,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
 {
     uint32_t target = HWT_TO_EXPIRED | (timer->executor != NULL ? HWT_TO_EXEC_ARMED : 0);
     uint32_t state = atomic_load(&t->state);
+    int64_t deadline;
     for (;;) {
         if ((state & HWT_TO_LIFE) != HWT_TO_INIT) {
             let_go_cancelled(timer, t);
@@ -459,7 +460,8 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
             defer_moved(timer, t);
             return true;
         }
-        if (hwt__deadline_of(t) >= due_before)
+        deadline = hwt__deadline_of(t);
+        if (deadline >= due_before)
             return false;
         uint32_t next = (state & (HWT_TO_CANCEL_CB | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | target;
         if (atomic_compare_exchange_weak(&t->state, &state, next)) {
@@ -476,7 +478,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         hwt__end_forked_worker(timer);
         return true;
     }
-    hwt__record_lateness(timer, t);
+    hwt__record_lateness(timer, deadline); /* the one decided on: a losing move may write after */
     hwt__task_of(timer, t)->run(t, t->arg);
     hwt__end_forked_worker(timer);
     hwt__timeout_unref(t);

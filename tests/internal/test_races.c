@@ -784,8 +784,8 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
  * the worker, at the old slot, filed it again by that. The first then wrote
  * +100 ms over it as a later move (the generation check passed on a retry)
  * and returned true: due at +100 ms, the timeout sat in the +10 s slot.
- * Its generation CAS, which finds the other's generation, now sends it the
- * earlier way, which tells the worker. */
+ * Its write is now a CAS from what it compared with: it fails, and the
+ * call, comparing again, goes the earlier way, which tells the worker. */
 static void test_two_later_moves_at_once_leave_it_due_at_the_last(void **state)
 {
     (void)state;
@@ -848,6 +848,44 @@ static void test_a_later_move_that_loses_to_expiry_changes_nothing(void **state)
     hwt_stats stats;
     hwt_timer_stats(timer, &stats);
     assert_true(stats.late_max_ns >= (uint64_t)late_ms * 1000000);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* A later move paused after its comparison while another later move wins
+ * and the worker expires the timeout by the winner's deadline: the paused
+ * move used to store its own deadline over the winner's, then, failing,
+ * put back the one it had read (older still). The executor's run measured
+ * the task against that: a task a few ms late read 380 ms late. Its write
+ * is now a CAS from what it compared with, which fails: nothing changes. */
+static void test_a_losing_later_move_leaves_the_winners_deadline(void **state)
+{
+    (void)state;
+    atomic_store(&handed_over, NULL);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.executor = holding_executor;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 30, HWT_MILLISECONDS, &t), 0);
+    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
+    struct call loser;
+    begin_reschedule(&loser, t, 3600 * 1000);
+    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_true(hwt_timeout_reschedule(t, 400, HWT_MILLISECONDS)); /* the gate is spent */
+    int64_t winner = hwt__deadline_of(t);
+    assert_true(hwtt_wait_until(atomic_load(&handed_over) != NULL, hwtt_slack_ms(5000)));
+    assert_true(atomic_load(&deadline_at_hand_over) == winner);
+    open_gate(HWT_STEP_RESCHEDULE_COMPARED);
+    assert_false(finish_reschedule(&loser));
+    assert_true(hwt__deadline_of(t) == winner);
+    hwt_timeout_run(t); /* at once: the task is a few ms late at most */
+    assert_int_equal(atomic_load(&ran), 1);
+    hwt_stats stats;
+    hwt_timer_stats(timer, &stats);
+    assert_true(stats.late_max_ns < (uint64_t)hwtt_slack_ms(100) * 1000000);
     hwt_timeout_release(t);
     hwtt_destroy(timer);
 }
@@ -1109,6 +1147,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_later_moves_at_once_leave_it_due_at_the_last,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_later_move_that_loses_to_expiry_changes_nothing,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_losing_later_move_leaves_the_winners_deadline,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
