@@ -542,6 +542,18 @@ static ck_stack_entry_t *chain_run(hwt_timeout *first, size_t n)
     return n > 0 ? &first->stack_link : NULL;
 }
 
+/* Puts the cache's freed timeouts (its two magazines) in the depot; how
+ * many. */
+static size_t put_mags_locked(struct hwt__pool *pool, struct thread_cache *c,
+                              struct hwt__region **gone)
+{
+    size_t n = c->loaded.count + c->spare.count;
+    put_mag_locked(pool, c->loaded, gone);
+    put_mag_locked(pool, c->spare, gone);
+    c->loaded = c->spare = (struct mag){NULL, 0, NULL};
+    return n;
+}
+
 /* Gives the calling thread's cache back to its timer and unbinds it. */
 static void flush(struct thread_cache *c)
 {
@@ -550,11 +562,10 @@ static void flush(struct thread_cache *c)
         return;
     struct hwt__pool *pool = &timer->pool;
     ck_stack_entry_t *fresh = chain_run(c->fresh, c->fresh_count);
-    size_t returned = c->loaded.count + c->spare.count + c->fresh_count;
+    size_t returned = c->fresh_count;
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
-    put_mag_locked(pool, c->loaded, &gone);
-    put_mag_locked(pool, c->spare, &gone);
+    returned += put_mags_locked(pool, c, &gone);
     put_locked(pool, fresh, &gone);
     /* Its regions' never-used chunks go to whoever needs them. */
     for (struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
@@ -622,6 +633,19 @@ static int bind(hwt_timer *timer)
      * thread turns to another timer) locks the timer's pool. */
     hwt__timer_ref_n(timer, 1);
     return 0;
+}
+
+void hwt__pool_give_back_freed(hwt_timer *timer)
+{
+    struct thread_cache *c = &cache;
+    if (c->timer != timer || c->loaded.count + c->spare.count == 0)
+        return;
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&timer->pool.lock);
+    size_t returned = put_mags_locked(&timer->pool, c, &gone);
+    pthread_mutex_unlock(&timer->pool.lock);
+    release_regions(gone);
+    hwt__timer_unref_n(timer, returned); /* never the last: the thread is bound */
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)

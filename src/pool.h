@@ -111,6 +111,13 @@ int hwt__pool_bind_thread(hwt_timer *timer);
  * schedule that a stop may be waiting for, nor before the worker is up. */
 void hwt__pool_log_no_key(const hwt_timer *timer, int err);
 
+/* Gives the freed timeouts the calling thread caches for `timer` (if it is
+ * bound to it) back to the depot, and with them any region they empty; it
+ * stays bound. For the worker before it sleeps: nobody else can take what
+ * its cache holds, and a few freed timeouts in random places would keep
+ * their regions mapped for as long as it runs. */
+void hwt__pool_give_back_freed(hwt_timer *timer);
+
 /* The most a thread caches for the timer it is bound to: two magazines of
  * freed timeouts and what is left of one never-used chunk. */
 #define HWT_POOL_MAG_SIZE 64

@@ -633,6 +633,11 @@ static void run_loop(hwt_timer *timer)
         now_seen.earliest_queued = earliest_queued(timer);
         now_seen.queued = (int64_t)hwt__queued_count(timer);
         if (hwt__plan_may_sleep(&policy, &plan, &now_seen)) {
+            /* What this pass freed into our cache: back where producers
+             * take from, and the regions it empties to the system (SPEC:
+             * memory after a burst goes back within seconds). One lock per
+             * sleep, when there is any. */
+            hwt__pool_give_back_freed(timer);
             int64_t until = plan.wake_at == INT64_MAX ? INT64_MAX
                                                       : hwt__sat_add(timer->start_ns, plan.wake_at);
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
