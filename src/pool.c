@@ -40,9 +40,11 @@
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
  * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
- * timer at a time. Each cached timeout keeps its region mapped; timeouts
- * freed together were mostly allocated together, so that is one or two
- * regions in practice (537 at worst).
+ * timer at a time. Each cached timeout keeps its region mapped: one or two
+ * regions when timeouts are freed in the order they were allocated, up to
+ * one per cached timeout when freed in random order - for as long as the
+ * thread stays bound. The worker gives its freed ones back before each
+ * sleep (hwt__pool_give_back_freed).
  *
  * The timer's reference count holds one reference per timeout outside the
  * depot (cached or in use), so its memory outlives every cached or used
