@@ -124,6 +124,19 @@ static hwt_timer *logging_timer;
 static pthread_t producer;
 static atomic_int callback_rc = 1;
 
+/* In the child: logging_timer with `log`, this thread its producer, and
+ * every key of the process taken. */
+static void logging_timer_without_keys(void (*log)(void *, hwt_log_level, const char *))
+{
+    producer = pthread_self();
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.log = log;
+    CHILD_CHECK(hwt_timer_create(&logging_timer, &o) == 0);
+    CHILD_CHECK(take_every_key() > 0);
+}
+
 /* Stops the timer on the producer's error log ("fatal: shut it down"). */
 static void stop_on_error(void *ctx, hwt_log_level level, const char *message)
 {
@@ -136,13 +149,7 @@ static void stop_on_error(void *ctx, hwt_log_level level, const char *message)
 
 static void stop_from_the_log_of_a_failed_schedule(void)
 {
-    producer = pthread_self();
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.log = stop_on_error;
-    CHILD_CHECK(hwt_timer_create(&logging_timer, &o) == 0);
-    CHILD_CHECK(take_every_key() > 0);
+    logging_timer_without_keys(stop_on_error);
     CHILD_CHECK(hwt_new_timeout(logging_timer, noop, NULL, 1, HWT_HOURS, NULL) == HWT_ESYS);
     CHILD_CHECK(atomic_load(&callback_rc) == 0); /* the stop returned, from the callback */
     hwt_timer_destroy(logging_timer);
@@ -171,13 +178,7 @@ static void schedule_on_worker_log(void *ctx, hwt_log_level level, const char *m
 
 static void schedule_from_the_starting_worker_log(void)
 {
-    producer = pthread_self();
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.log = schedule_on_worker_log;
-    CHILD_CHECK(hwt_timer_create(&logging_timer, &o) == 0);
-    CHILD_CHECK(take_every_key() > 0);
+    logging_timer_without_keys(schedule_on_worker_log);
     CHILD_CHECK(hwt_timer_start(logging_timer) == 0);
     /* The worker logged, and its schedule returned: HWT_ESYS on its
      * thread too (no key), but it returned. */

@@ -821,22 +821,31 @@ static void holding_executor(void *ctx, hwt_timeout *timeout)
     atomic_store(&handed_over, timeout);
 }
 
-static void test_a_later_move_that_loses_to_expiry_changes_nothing(void **state)
+/* A timer whose executor holds what expires, a timeout of it due in 30 ms
+ * (its task counts into *ran), and a move of it an hour later, on a thread
+ * of its own, paused after its comparison. */
+static hwt_timer *a_later_move_paused(struct call *later, hwt_timeout **t, atomic_int *ran)
 {
-    (void)state;
     atomic_store(&handed_over, NULL);
     hwt_options o;
     hwt_options_init(&o);
     o.tick_duration = 10;
     o.executor = holding_executor;
     hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, ran, 30, HWT_MILLISECONDS, t), 0);
+    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
+    begin_reschedule(later, *t, 3600 * 1000);
+    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    return timer;
+}
+
+static void test_a_later_move_that_loses_to_expiry_changes_nothing(void **state)
+{
+    (void)state;
     atomic_int ran = 0;
     hwt_timeout *t;
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 30, HWT_MILLISECONDS, &t), 0);
-    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
     struct call later;
-    begin_reschedule(&later, t, 3600 * 1000);
-    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    hwt_timer *timer = a_later_move_paused(&later, &t, &ran);
     assert_true(hwtt_wait_until(atomic_load(&handed_over) != NULL, hwtt_slack_ms(5000)));
     open_gate(HWT_STEP_RESCHEDULE_COMPARED);
     assert_false(finish_reschedule(&later));
@@ -861,19 +870,10 @@ static void test_a_later_move_that_loses_to_expiry_changes_nothing(void **state)
 static void test_a_losing_later_move_leaves_the_winners_deadline(void **state)
 {
     (void)state;
-    atomic_store(&handed_over, NULL);
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 10;
-    o.executor = holding_executor;
-    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
     atomic_int ran = 0;
     hwt_timeout *t;
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 30, HWT_MILLISECONDS, &t), 0);
-    arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
     struct call loser;
-    begin_reschedule(&loser, t, 3600 * 1000);
-    expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
+    hwt_timer *timer = a_later_move_paused(&loser, &t, &ran);
     assert_true(hwt_timeout_reschedule(t, 400, HWT_MILLISECONDS)); /* the gate is spent */
     int64_t winner = hwt__deadline_of(t);
     assert_true(hwtt_wait_until(atomic_load(&handed_over) != NULL, hwtt_slack_ms(5000)));
