@@ -203,12 +203,11 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
  * than ours: the call goes the earlier way, which tells the worker. Should
  * it find the timeout ended, the old deadline is put back (false: nothing
  * changed, and an executor's run measures lateness by it). The worker
- * reads the state, then the
- * deadline, and expires only with a CAS from the state it read: if it read
- * the old deadline, the bump makes that CAS fail and it reads again; if it
- * read the new one, it files the timeout again. The timeout stays in its
- * old slot meanwhile: when that slot comes due the worker finds the later
- * deadline and files it again, once.
+ * reads the state, then the deadline, and expires only with a CAS from the
+ * state it read: if it read the old deadline, the bump makes that CAS fail
+ * and it reads again; if it read the new one, it files the timeout again.
+ * The timeout stays in its old slot meanwhile: when that slot comes due the
+ * worker finds the later deadline and files it again, once.
  *
  * Earlier, or while another call holds BUSY: claim BUSY (and bump the
  * generation) first, then write, then release - the worker never reads a
@@ -240,7 +239,6 @@ static bool replace_deadline(hwt_timeout *t, int64_t *expected, int64_t deadline
     return __atomic_compare_exchange_n(&t->node.deadline, expected, deadline, false,
                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
-
 
 static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s,
                                bool tell_anyway)
