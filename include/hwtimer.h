@@ -173,7 +173,12 @@ typedef struct hwt_task {
 typedef struct hwt_options {
     uint64_t tick_duration;            /* 100 */
     hwt_unit tick_unit;                /* HWT_MILLISECONDS */
-    uint32_t ticks_per_wheel;          /* 512; rounded up to a power of two; 1 .. 2^30 */
+    uint32_t ticks_per_wheel;          /* 512; rounded up to a power of two; 1 .. 2^30.
+                                          A wheel takes 16 bytes of address space per
+                                          bucket (pages only as used), out of 32 GiB
+                                          the process's timers share (less under an
+                                          RLIMIT_AS): one of 2^30 takes half of it,
+                                          and create gets HWT_ENOMEM when it is gone */
     int64_t max_pending_timeouts;      /* -1; <= 0 means unlimited */
     uint32_t max_transfers_per_tick;   /* 100000; new timeouts moved into the wheel
                                           per worker wake-up; >= 1 */
