@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,21 @@ void hwtt_log_cb(void *ctx, hwt_log_level level, const char *message)
     pthread_mutex_lock(&last_lock);
     snprintf(log->last, sizeof log->last, "%s", message);
     pthread_mutex_unlock(&last_lock);
+}
+
+int hwtt_run_in_child(int (*fn)(void *), void *arg, int64_t timeout_ms)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(fn(arg));
+    int status = 0;
+    if (!hwtt_wait_until(waitpid(pid, &status, WNOHANG) == pid, timeout_ms)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return HWTT_CHILD_HUNG;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void hwtt_count_task(hwt_timeout *timeout, void *arg)

@@ -74,6 +74,13 @@ bool hwtt_under_emulator(void);
 /* ms * hwtt_slowdown(): a generous upper-bound allowance in milliseconds. */
 int64_t hwtt_slack_ms(int64_t ms);
 
+/* Runs fn(arg) in a forked child, which exits with fn's result, and waits
+ * up to timeout_ms for it (then kills it): its exit status, 128 + the
+ * signal that ended it, or HWTT_CHILD_HUNG. The child reports through its
+ * status: cmocka's asserts belong to the test's own process. */
+#define HWTT_CHILD_HUNG (-1)
+int hwtt_run_in_child(int (*fn)(void *), void *arg, int64_t timeout_ms);
+
 /* Remembers `timer` (returned as is) so that hwtt_teardown_timers() destroys it
  * if the test fails before destroying it itself. Test thread only. */
 hwt_timer *hwtt_track(hwt_timer *timer);

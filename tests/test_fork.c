@@ -39,20 +39,11 @@
             _exit(n);                                                                              \
     } while (0)
 
-/* Runs child() in a forked child and returns its exit status (or 200 + the
- * signal that killed it). A hung child fails the suite's watchdog. */
-static int in_child(void (*child)(void *), void *arg)
+/* Runs child(arg) in a forked child: its exit status (0, or the number of
+ * the failed check). */
+static int in_child(int (*child)(void *), void *arg)
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        alarm(20); /* a hang in the child ends it */
-        child(arg);
-        _exit(0);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+    return hwtt_run_in_child(child, arg, hwtt_slack_ms(20000));
 }
 
 struct inherited {
@@ -62,7 +53,7 @@ struct inherited {
     hwtt_rec *pending_rec, *soon_rec;
 };
 
-static void child_of_a_running_timer(void *p)
+static int child_of_a_running_timer(void *p)
 {
     struct inherited *in = p;
     atomic_int count = 0;
@@ -92,7 +83,7 @@ static void child_of_a_running_timer(void *p)
     hwt_timeout_release(in->soon_handle);
     hwt_timer_destroy(in->timer); /* returns at once */
     if (!CHILD_MAY_START_THREADS)
-        return;
+        return 0;
 
     /* A timer created in the child works. */
     hwt_timer *mine = NULL;
@@ -113,6 +104,7 @@ static void child_of_a_running_timer(void *p)
     hwt_timeout_release(h);
     hwt_timer_destroy(mine);
     CHECK(19, atomic_load(&in->pending_rec->cb) == 1);
+    return 0;
 }
 
 static void test_child_sees_an_inherited_timer_stopped(void **state)
@@ -149,13 +141,14 @@ static void test_child_sees_an_inherited_timer_stopped(void **state)
 }
 
 /* A timer created but never started, inherited: stopped in the child too. */
-static void child_of_an_idle_timer(void *p)
+static int child_of_an_idle_timer(void *p)
 {
     hwt_timer *timer = p;
     CHECK(1, hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_MILLISECONDS, NULL) ==
                  HWT_ESTOPPED);
     CHECK(2, hwt_timer_start(timer) == HWT_ESTOPPED);
     hwt_timer_destroy(timer);
+    return 0;
 }
 
 static void test_child_of_an_unstarted_timer(void **state)
@@ -273,19 +266,20 @@ static void test_a_child_forked_in_a_task_ends_as_the_task_returns(void **state)
  * in the child: schedules on a child's timer start from a clean cache, and
  * releasing the inherited handles that the cache would have taken back
  * touches nothing of the parent's timer. */
-static void child_after_busy_thread(void *p)
+static int child_after_busy_thread(void *p)
 {
     hwt_timeout **handles = p;
     for (int i = 0; i < 200; i++)
         hwt_timeout_release(handles[i]);
     if (!CHILD_MAY_START_THREADS)
-        return;
+        return 0;
     hwt_timer *mine = NULL;
     CHECK(1, hwt_timer_create(&mine, NULL) == 0);
     for (int i = 0; i < 1000; i++)
         CHECK(2, hwt_new_timeout(mine, hwtt_count_task, NULL, 1, HWT_HOURS, NULL) == 0);
     CHECK(3, hwt_pending_timeouts(mine) == 1000);
     hwt_timer_destroy(mine);
+    return 0;
 }
 
 static void test_forking_thread_cache_is_dropped(void **state)
@@ -309,7 +303,7 @@ static void test_forking_thread_cache_is_dropped(void **state)
  * not destroyed (they are in its memory), and not those it has. */
 enum { PARENTS_TIMERS = 60, LIVE_TIMERS_WARNED_PAST = 64 };
 
-static void child_destroys_then_creates(void *arg)
+static int child_destroys_then_creates(void *arg)
 {
     hwt_timer **inherited = arg;
     for (int i = 0; i < PARENTS_TIMERS; i++)
@@ -327,6 +321,7 @@ static void child_destroys_then_creates(void *arg)
     CHECK(4, atomic_load(&log.count[HWT_LOG_ERROR]) == 1); /* the 65th: one */
     for (int i = 0; i <= LIVE_TIMERS_WARNED_PAST; i++)
         hwt_timer_destroy(mine[i]);
+    return 0;
 }
 
 static void test_a_child_does_not_count_the_inherited_timers_it_destroyed(void **state)

@@ -27,7 +27,6 @@
 #include "helpers.h"
 
 enum {
-    DRIVER_HUNG = 199,      /* the driver did not end in time: killed */
     REACHED_CALL = 1,       /* a handler is in its call */
     RETURNED_FROM_CALL = 2, /* the call returned */
 };
@@ -97,22 +96,12 @@ static void app_child(void)
     found->child_step = RETURNED_FROM_CALL;
 }
 
-/* Runs fn in a driver process: its exit status, 128 + a signal that ended
- * it, or DRIVER_HUNG. */
-static int in_driver(int (*fn)(void))
+/* Runs fn in a driver process, with fresh findings: its exit status, 128 +
+ * a signal that ended it, or HWTT_CHILD_HUNG. */
+static int in_driver(int (*fn)(void *))
 {
     memset(found, 0, sizeof *found);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0)
-        _exit(fn());
-    int status = 0;
-    if (!hwtt_wait_until(waitpid(pid, &status, WNOHANG) == pid, hwtt_slack_ms(20000))) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return DRIVER_HUNG;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return hwtt_run_in_child(fn, NULL, hwtt_slack_ms(20000));
 }
 
 /* Forks a child that ends at once (after the handlers); its exit status,
@@ -140,8 +129,9 @@ static int start_app_timer(void)
 
 /* ---------------------------------------------------------------- tests */
 
-static int child_handler_uses_the_inherited_timer(void)
+static int child_handler_uses_the_inherited_timer(void *unused)
 {
+    (void)unused;
     if (start_app_timer() != 0)
         return 90;
     atomic_store(&child_action, USE_INHERITED);
@@ -162,8 +152,9 @@ static void test_a_child_handler_finds_inherited_timers_stopped(void **state)
     assert_int_equal(in_driver(child_handler_uses_the_inherited_timer), 0);
 }
 
-static int child_handler_creates_a_timer(void)
+static int child_handler_creates_a_timer(void *unused)
 {
+    (void)unused;
     if (start_app_timer() != 0)
         return 90;
     atomic_store(&child_action, CREATE_TIMER);
@@ -182,8 +173,9 @@ static void test_a_child_handler_creates_a_timer(void **state)
     assert_int_equal(in_driver(child_handler_creates_a_timer), 0);
 }
 
-static int parent_handler_creates_a_timer(void)
+static int parent_handler_creates_a_timer(void *unused)
 {
+    (void)unused;
     if (start_app_timer() != 0)
         return 90;
     atomic_store(&parent_action, CREATE_TIMER);
@@ -201,8 +193,9 @@ static void test_a_parent_handler_creates_a_timer(void **state)
     assert_int_equal(in_driver(parent_handler_creates_a_timer), 0);
 }
 
-static int prepare_handler_destroys_a_timer(void)
+static int prepare_handler_destroys_a_timer(void *unused)
 {
+    (void)unused;
     if (start_app_timer() != 0)
         return 90;
     atomic_store(&prepare_action, DESTROY_TIMER);
@@ -221,8 +214,8 @@ static void test_a_prepare_handler_destroys_a_timer(void **state)
 /* The log callback forks on the worker and returns in the child: the worker
  * logs as it starts when its thread has no key for its timeout cache (every
  * key taken, as test_thread_key does; the producer then logs too, but does
- * not fork). The child must end (docs: it calls
- * _exit(0)), not go on as the parent's worker. */
+ * not fork). The child must end (docs: it calls _exit(0)), not go on as
+ * the parent's worker. */
 #define LOG_WORKER_NAME "hwt-fh-log"
 static atomic_int log_calls;
 
@@ -240,8 +233,9 @@ static void forking_log(void *ctx, hwt_log_level level, const char *message)
         atomic_store(&found->log_child, pid);
 }
 
-static int log_callback_forks_on_the_worker(void)
+static int log_callback_forks_on_the_worker(void *unused)
 {
+    (void)unused;
     enum { MAX_KEYS = 1 << 16 };
     static pthread_key_t keys[MAX_KEYS];
     hwt_options o;

@@ -41,8 +41,9 @@ static void noop(hwt_timeout *timeout, void *arg)
 
 enum { MAX_KEYS = 1 << 16 };
 
-static void child(void)
+static int child(void *unused)
 {
+    (void)unused;
     hwtt_log log = {0};
     hwt_options o;
     hwt_options_init(&o);
@@ -80,29 +81,13 @@ static void child(void)
     while (n > 0)
         pthread_key_delete(keys[--n]);
     hwt_timer_destroy(timer);
-    _exit(0);
+    return 0;
 }
 
-/* Runs fn in a child, which must exit 0 within the deadline (a hang is
- * killed and fails the test). */
-static void in_child(void (*fn)(void))
+/* Runs fn in a child, which must exit 0 within the deadline. */
+static void in_child(int (*fn)(void *))
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0)
-        fn();
-    int status = 0;
-    pid_t got;
-    bool ended = hwtt_wait_until((got = waitpid(pid, &status, WNOHANG)) != 0,
-                                 hwtt_slack_ms(20000));
-    if (!ended) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        fail_msg("the child hung");
-    }
-    assert_int_equal(got, pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(hwtt_run_in_child(fn, NULL, hwtt_slack_ms(20000)), 0);
 }
 
 static void test_no_thread_key_is_esys_and_changes_nothing(void **state)
@@ -147,13 +132,14 @@ static void stop_on_error(void *ctx, hwt_log_level level, const char *message)
         atomic_store(&callback_rc, hwt_stop(logging_timer, NULL, NULL));
 }
 
-static void stop_from_the_log_of_a_failed_schedule(void)
+static int stop_from_the_log_of_a_failed_schedule(void *unused)
 {
+    (void)unused;
     logging_timer_without_keys(stop_on_error);
     CHILD_CHECK(hwt_new_timeout(logging_timer, noop, NULL, 1, HWT_HOURS, NULL) == HWT_ESYS);
     CHILD_CHECK(atomic_load(&callback_rc) == 0); /* the stop returned, from the callback */
     hwt_timer_destroy(logging_timer);
-    _exit(0);
+    return 0;
 }
 
 /* The stop waits for every schedule that counted itself started: a failed
@@ -176,8 +162,9 @@ static void schedule_on_worker_log(void *ctx, hwt_log_level level, const char *m
                      hwt_new_timeout(logging_timer, noop, NULL, 1, HWT_HOURS, NULL));
 }
 
-static void schedule_from_the_starting_worker_log(void)
+static int schedule_from_the_starting_worker_log(void *unused)
 {
+    (void)unused;
     logging_timer_without_keys(schedule_on_worker_log);
     CHILD_CHECK(hwt_timer_start(logging_timer) == 0);
     /* The worker logged, and its schedule returned: HWT_ESYS on its
@@ -185,7 +172,7 @@ static void schedule_from_the_starting_worker_log(void)
     CHILD_CHECK(hwtt_wait_until(atomic_load(&callback_rc) != 1, 5000));
     CHILD_CHECK(atomic_load(&callback_rc) == HWT_ESYS);
     hwt_timer_destroy(logging_timer);
-    _exit(0);
+    return 0;
 }
 
 /* The worker logs its own failure once the starters may go on: a schedule
