@@ -59,7 +59,8 @@ enum {
     HWT_W_RELEASED = 1,    /* out of the queue and not in the wheel any more */
     HWT_W_CANCEL_DONE = 2, /* its cancellation was processed (callback called) */
     HWT_W_DEFERRED = 4,    /* out of the wheel, on a moved stack until a reschedule is done */
-    HWT_W_STOPPED = 8      /* taken by the final drain of a stop */
+    HWT_W_STOPPED = 8,     /* taken by the final drain of a stop */
+    HWT_W_MOVED_OWED = 16  /* ended with a reschedule's moved entry yet to come by */
 };
 
 /* A timeout's task: interned per timer (tasks.c), the timeout keeps its index. */
@@ -168,7 +169,7 @@ enum { HWT_STOP_DROP, HWT_STOP_LIST };
 struct hwt__worker {
     struct hwt__wheel wheel;
     size_t awaiting_cancel;   /* let go of, cancellation not processed yet */
-    size_t awaiting_moved;    /* taken by the stop while on a moved stack */
+    size_t awaiting_moved;    /* ended while on a moved stack, or about to be (MOVED_OWED) */
     size_t deferred;          /* out of the wheel for a reschedule (HWT_W_DEFERRED) */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;     /* the stripe transfer starts with */

@@ -39,6 +39,7 @@ typedef enum {
                                     cleared kicked, before it looks at the queues again */
     HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
                                     ticks that ended), before the next slice */
+    HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule holds BUSY, before it writes its deadline */
     HWT_STEP_COUNT
 } hwt__step;
 

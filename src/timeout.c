@@ -217,6 +217,8 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
  * thread's moved stack (with a reference) for the worker to file it again.
  * A call that finds BUSY set by another takes it over (a new generation):
  * the last to write decides, and the one that was taken over returns true.
+ * Its write may land after the taker has told the worker, so it too has an
+ * entry come by after it (tell_after_takeover).
  * A cancel or a stop may win while BUSY is set: the call then returns false
  * (what it wrote is never read: the timeout will not run). */
 
@@ -240,6 +242,36 @@ static bool replace_deadline(hwt_timeout *t, int64_t *expected, int64_t deadline
                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
+/* Wakes the worker if it plans to sleep past `deadline`, with the
+ * timeout's entry on a moved stack (ours, or one an earlier move left). The
+ * push before the read of its plan (see the worker's moved_waiting). */
+static void wake_for_moved(hwt_timer *timer, int64_t deadline)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    maybe_wake_for(timer, deadline, 0);
+}
+
+/* A call taken over (another claimed BUSY since ours) may have written its
+ * deadline after the taker told the worker, and after the worker filed the
+ * timeout by the taker's: have an entry come by after our write. The CAS
+ * sets MOVED, keeping the rest (a BUSY holder then leaves the telling to
+ * that entry), and pushes unless an entry was on its way already; it also
+ * orders our write before the worker's read of the deadline as it takes the
+ * entry. False if the timeout ended meanwhile. */
+static bool tell_after_takeover(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
+{
+    do {
+        if ((s & HWT_TO_LIFE) != HWT_TO_INIT)
+            return false;
+    } while (!atomic_compare_exchange_weak(&t->state, &s, s | HWT_TO_MOVED));
+    if (!(s & HWT_TO_MOVED)) {
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
+        hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
+    }
+    wake_for_moved(timer, deadline);
+    return true;
+}
+
 static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s,
                                bool tell_anyway)
 {
@@ -256,6 +288,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
      * over another's (tell_anyway): the slot the timeout sits in may be
      * later than anything `before` says, so we tell as for an earlier one. */
     bool took_over = tell_anyway || (s & HWT_TO_BUSY) != 0;
+    hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMING, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
@@ -264,7 +297,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false; /* a cancel or a stop won */
         if ((cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK))
-            return true; /* taken over: the later call releases */
+            return tell_after_takeover(timer, t, deadline, cur); /* the taker releases */
         bool earlier = deadline < before || took_over;
         bool tell = earlier && !(cur & HWT_TO_MOVED); /* else its entry is still there */
         uint32_t next = (cur & ~(uint32_t)HWT_TO_BUSY) | (tell ? HWT_TO_MOVED : 0);
@@ -274,14 +307,8 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
             }
-            if (earlier) {
-                /* The worker may plan to sleep past the new deadline, with
-                 * this timeout's entry on a moved stack (ours, or one an
-                 * earlier move left): wake it. The push before the read of
-                 * its plan (see the worker's moved_waiting). */
-                atomic_thread_fence(memory_order_seq_cst);
-                maybe_wake_for(timer, deadline, 0);
-            }
+            if (earlier)
+                wake_for_moved(timer, deadline);
             return true;
         }
     }

@@ -74,6 +74,20 @@ static void set_deferred(hwt_timer *timer, hwt_timeout *t, bool deferred)
         timer->worker.deferred--;
 }
 
+/* A timeout the worker ends (runs it, or takes it for a stop) with MOVED in
+ * `state`, the state it ended it from: a reschedule's entry for it is on a
+ * moved stack, or about to be pushed there (the reschedule set MOVED and
+ * has yet to take its reference and push). The final drain waits for that
+ * entry (worker.awaiting_moved): pushed after the worker has gone, it
+ * would keep its reference, and the timeout and its timer, for good. */
+static void owe_moved_entry(hwt_timer *timer, hwt_timeout *t, uint32_t state)
+{
+    if (!(state & HWT_TO_MOVED))
+        return;
+    t->wflags |= HWT_W_MOVED_OWED;
+    timer->worker.awaiting_moved++;
+}
+
 /* The worker hears of a user's cancel (from its canceller's push, or from
  * the moved stack it was on): unlinks it, calls its cancelled callback, and
  * drops the in-flight reference unless the queue still holds it. */
@@ -209,8 +223,10 @@ static void process_moved(hwt_timer *timer, bool stopping)
                     set_deferred(timer, t, false);
                     hwt__wheel_place(&timer->worker.wheel, &t->node);
                 }
-            } else if (t->wflags & HWT_W_STOPPED) {
-                timer->worker.awaiting_moved--; /* the stop has it: only the reference */
+            } else if (t->wflags & HWT_W_MOVED_OWED) {
+                /* Run, or the stop has it: only the reference. */
+                t->wflags &= ~(uint8_t)HWT_W_MOVED_OWED;
+                timer->worker.awaiting_moved--;
             } else if ((s & HWT_TO_LIFE) == HWT_TO_CANCELLED &&
                        !(t->wflags & HWT_W_CANCEL_DONE)) {
                 cancel_noticed(timer, t); /* its canceller saw MOVED and left it to us */
@@ -470,6 +486,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         }
     }
     t->wflags |= HWT_W_RELEASED;
+    owe_moved_entry(timer, t, state);
     /* Count down before the task runs: it sees the count without itself. */
     hwt__pending_sub(timer, 1);
     bump(&timer->expired, 1); /* release: see hwt_timer_stats */
@@ -659,8 +676,7 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
         return;
     }
     t->wflags |= HWT_W_RELEASED | HWT_W_STOPPED;
-    if (state & HWT_TO_MOVED) /* its moved entry is yet to come by */
-        timer->worker.awaiting_moved++;
+    owe_moved_entry(timer, t, state);
     hwt__stopset_add(&timer->worker.stopped_set, t);
 }
 

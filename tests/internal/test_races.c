@@ -779,6 +779,79 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwtt_destroy(timer);
 }
 
+/* A reschedule to +100 ms claims BUSY and pauses before it writes; another
+ * to +30 s takes it over, writes, tells the worker, which files the
+ * timeout at +30 s. The first then writes +100 ms: both returned true, the
+ * deadline is the first's, and it sat in the +30 s slot, told nobody. Now
+ * the call that was taken over has an entry come by after its write. */
+static void test_a_taken_over_claim_that_writes_last_tells_the_worker(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 1, HWT_HOURS, &t), 0);
+    expect_in_wheel(t);
+    arm(HWT_STEP_RESCHEDULE_CLAIMING, timer);
+    struct call first;
+    begin_reschedule(&first, t, 100);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMING);
+    assert_true(hwt_timeout_reschedule(t, 30, HWT_SECONDS));
+    /* The worker has taken the taker's entry (MOVED cleared), filed the
+     * timeout by +30 s and dropped the entry's reference: the handle's and
+     * the in-flight one are left. */
+    assert_true(hwtt_wait_until(!(atomic_load(&t->state) & HWT_TO_MOVED) &&
+                                    atomic_load(&t->refs) == 2,
+                                hwtt_slack_ms(5000)));
+    int64_t written = hwtt_now_ns();
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMING);
+    assert_true(finish_reschedule(&first));
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(3000)));
+    assert_true(hwtt_now_ns() - written < INT64_C(20) * 1000000000);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* A reschedule to an earlier deadline has set MOVED and not yet taken its
+ * reference and pushed the timeout on its moved stack (paused at
+ * HWT_STEP_RESCHEDULE_TOLD). The worker, not told yet, runs the timeout at
+ * its old slot; then a stop. Its final drain waited only for the moved
+ * entries of timeouts it took itself: the worker was gone when the entry
+ * came, and the entry's reference kept the timeout, and its timer, for
+ * good. The drain now waits for the entry (either order is fine here: the
+ * stop may end only after the reschedule has pushed). */
+static void test_a_move_told_after_the_timeout_ran_is_not_left_behind(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    hwtt_rec rec = {0};
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 100, HWT_MILLISECONDS, &t), 0);
+    expect_in_wheel(t);
+    arm(HWT_STEP_RESCHEDULE_TOLD, timer);
+    struct call earlier;
+    begin_reschedule(&earlier, t, 0);
+    expect_reached(HWT_STEP_RESCHEDULE_TOLD);
+    assert_true(hwtt_wait_until(atomic_load(&rec.ran) == 1, hwtt_slack_ms(5000)));
+    watch(HWT_STEP_DRAIN_WAITS, timer);
+    struct call stop;
+    begin(&stop, timer, OP_STOP_LIST, NULL);
+    assert_true(hwtt_wait_until(atomic_load(&stop.done) ||
+                                    atomic_load(&gates[HWT_STEP_DRAIN_WAITS].arrivals) > 0,
+                                hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_TOLD);
+    assert_true(finish_reschedule(&earlier)); /* it won while the timeout was pending */
+    finish(&stop);
+    assert_int_equal(stop.rc, 0);
+    assert_int_equal(stop.count, 0);
+    assert_int_equal(atomic_load(&rec.ran), 1);
+    assert_int_equal(atomic_load(&rec.cb), 0);
+    /* Only the handle holds it: the moved entry's reference was given back. */
+    assert_int_equal(atomic_load(&t->refs), 1);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
 /* Two later moves at once: the first compared its deadline (+100 ms) with
  * the one it read and paused; the second moved the timeout to +10 s, and
  * the worker, at the old slot, filed it again by that. The first then wrote
@@ -1144,6 +1217,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_taken_over_claim_that_writes_last_tells_the_worker,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_move_told_after_the_timeout_ran_is_not_left_behind,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_later_moves_at_once_leave_it_due_at_the_last,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_later_move_that_loses_to_expiry_changes_nothing,
