@@ -316,8 +316,8 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
 
 /* Reverses a stack just taken (newest first) into the order it is moved in:
  * the timeouts due before `soon_before` (ns since start) first, then the
- * rest, each part oldest first - a stable partition, so timeouts due in one
- * tick keep their order. The soon ones are few (a few ms of deadlines); once
+ * rest, each part oldest first - a stable partition, and `soon_before` is a
+ * tick boundary, so timeouts due in one tick keep their order. The soon ones are few (a few ms of deadlines); once
  * they are in the wheel, the ticks before the rest's earliest deadline can
  * run between slices of a long transfer (run_loop). Lets go of the timeouts
  * already cancelled on the way: each is touched once, not twice (where
@@ -387,8 +387,7 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
          * take after it; on x86-64 this is only the compiler's barrier). */
         atomic_store(&stripe->queued_min, INT64_MAX);
         ck_pr_fence_store_atomic();
-        int64_t soon_before =
-            hwt__sat_add(hwt__rel_now(timer), hwt__plan_soon_ns(timer->tick_ns));
+        int64_t soon_before = hwt__soon_before(hwt__rel_now(timer), timer->tick_ns);
         e = reverse_live(timer, i, hwt__stack_take_all_upmc(&stripe->queue), soon_before, dropped);
     }
     timer->worker.taken[i] = e->next;

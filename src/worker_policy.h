@@ -130,6 +130,18 @@ static inline int64_t hwt__plan_soon_ns(int64_t tick_ns)
     return tick_ns < HWT_SOON_NS / 2 ? HWT_SOON_NS : hwt__sat_mul(2, tick_ns);
 }
 
+/* Timeouts due before this (ns since start) count as due soon in a stack
+ * taken at `now`: hwt__plan_soon_ns ahead, on to the next tick boundary.
+ * All the timeouts of one tick are then soon or none is, so the partition
+ * keeps their order (within a tick, the order they were moved in is the
+ * order they were scheduled in, each thread's, as Netty's). */
+static inline int64_t hwt__soon_before(int64_t now, int64_t tick_ns)
+{
+    int64_t soon = hwt__sat_add(now, hwt__plan_soon_ns(tick_ns));
+    int64_t into = soon % tick_ns;
+    return into == 0 ? soon : hwt__sat_add(soon, tick_ns - into);
+}
+
 /* ------------------------------------------------------------------------
  * The decisions of a pass.
  */

@@ -153,6 +153,48 @@ static void test_timeout_left_queued_runs_before_later_ticks(void **state)
     fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
 }
 
+/* From a task, 50 ms into a tick: A due in 220 ms, then B in 180 ms, both
+ * in the tick after next. The worker takes the two in one stack after the
+ * task and moves the timeouts due soon (200 ms ahead) first: B was soon
+ * and A not, so B was moved, and ran, first. Soon now ends on a tick
+ * boundary, and one thread's timeouts due in one tick run in the order it
+ * scheduled them, as in Netty. */
+static int64_t scheduled_at; /* ns since start, when the task scheduled A and B */
+static atomic_int pair_failures;
+
+static void schedule_a_then_b(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    while (hwt__rel_now(the_timer) % TICK_NS < 50 * MS_NS)
+        hwtt_sleep_us(500);
+    scheduled_at = hwt__rel_now(the_timer);
+    if (hwt_new_timeout(the_timer, record, (void *)(uintptr_t)'A', 220, HWT_MILLISECONDS, NULL) != 0 ||
+        hwt_new_timeout(the_timer, record, (void *)(uintptr_t)'B', 180, HWT_MILLISECONDS, NULL) != 0)
+        atomic_fetch_add(&pair_failures, 1);
+}
+
+static void test_one_threads_timeouts_of_one_tick_run_in_its_order(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        hwt_timer *timer = fresh_timer(100000);
+        atomic_store(&pair_failures, 0);
+        assert_int_equal(hwt_new_timeout(timer, schedule_a_then_b, NULL, 0, HWT_NANOSECONDS, NULL), 0);
+        assert_true(hwtt_wait_until(atomic_load(&ran) == 2, hwtt_slack_ms(5000)));
+        hwtt_destroy(timer);
+        assert_int_equal(atomic_load(&pair_failures), 0);
+        int64_t into = scheduled_at % TICK_NS;
+        if (into > 75 * MS_NS)
+            continue; /* the task was late: A and B may be due in two ticks */
+        if (memcmp(order, "AB", 2) != 0)
+            fail_msg("ran in the order %.2s, not AB (scheduled %lld ms into a tick)", order,
+                     (long long)(into / MS_NS));
+        return;
+    }
+    fail_msg("the task was late in all %d attempts", ATTEMPTS);
+}
+
 /* From a task (so no thread wakes the worker meanwhile): a backlog of far
  * timeouts larger than one pass's budget, then S, due at once, queued
  * last. The next pass moves S first and runs it between two slices of the
@@ -214,6 +256,8 @@ int main(void)
         cmocka_unit_test_teardown(test_timeout_queued_in_its_tick_runs_in_that_pass,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_timeout_left_queued_runs_before_later_ticks,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_one_threads_timeouts_of_one_tick_run_in_its_order,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_due_timeout_overtakes_a_backlog, hwtt_teardown_timers),
     };

@@ -12,6 +12,7 @@
 #include "worker_policy.h"
 
 #define MS (INT64_C(1000000))
+#define US (INT64_C(1000))
 
 /* The default options' policy: a 1 ms tick, a budget of 100 000. */
 static struct hwt__policy policy(int64_t tick_ns, uint32_t max_transfers)
@@ -69,6 +70,13 @@ static void test_derived_thresholds(void **state)
     assert_int_equal(hwt__plan_soon_ns(1 * MS), HWT_SOON_NS);
     assert_int_equal(hwt__plan_soon_ns(10 * MS), 20 * MS);
     assert_int_equal(hwt__plan_soon_ns(INT64_MAX / 2 + 1), INT64_MAX);
+    /* ... on to the next tick boundary, so that no tick is split. */
+    assert_int_equal(hwt__soon_before(300 * US, 1 * MS), 9 * MS);
+    assert_int_equal(hwt__soon_before(1 * MS, 1 * MS), 9 * MS);
+    assert_int_equal(hwt__soon_before(1 * MS, 3 * MS), 9 * MS);
+    assert_int_equal(hwt__soon_before(2 * MS, 3 * MS), 12 * MS);
+    assert_int_equal(hwt__soon_before(5 * MS, 10 * MS), 30 * MS);
+    assert_int_equal(hwt__soon_before(INT64_MAX - 1, 1 * MS), INT64_MAX);
 }
 
 /* Nothing in the wheel, nothing queued: sleep until woken (idle timers
