@@ -215,8 +215,8 @@ HWT_EXTERN void hwt_options_init(hwt_options *options);
  * max_transfers_per_tick 0; an invalid unit or sleep mode; a detached
  * thread_attr; a tick (ns, saturated) >= INT64_MAX / rounded wheel length.
  * A tick below the sleep mode's minimum is raised to it, with a warning through
- * the log callback. More than 64 live timers in the process logs one error, once.
- * HWT_ENOMEM: nothing allocated. HWT_ESYS: a mutex, condition or the fork
+ * the log callback. More than 64 live timers in the process logs one error, once
+ * per process (a fork child's own once more). HWT_ENOMEM: nothing allocated. HWT_ESYS: a mutex, condition or the fork
  * handler could not be had (the cause is logged). Any thread. */
 HWT_EXTERN int hwt_timer_create(hwt_timer **timer, const hwt_options *options);
 

@@ -127,6 +127,7 @@ static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_
 static void after_fork_in_child(void)
 {
     atomic_fetch_add(&hwt__fork_generation, 1);
+    atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
     hwt__arena_after_fork_in_child();
     hwt__pool_after_fork_in_child();

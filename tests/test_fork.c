@@ -324,6 +324,44 @@ static int child_destroys_then_creates(void *arg)
     return 0;
 }
 
+/* The warning is once per process: a child whose parent warned warns too,
+ * once, as its own live timers go past 64. */
+static int child_creates_one_more(void *arg)
+{
+    (void)arg;
+    static hwtt_log log;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.log = hwtt_log_cb;
+    o.log_ctx = &log;
+    hwt_timer *mine[2];
+    CHECK(1, hwt_timer_create(&mine[0], &o) == 0);
+    CHECK(2, atomic_load(&log.count[HWT_LOG_ERROR]) == 1);
+    CHECK(3, hwt_timer_create(&mine[1], &o) == 0);
+    CHECK(4, atomic_load(&log.count[HWT_LOG_ERROR]) == 1);
+    hwt_timer_destroy(mine[0]);
+    hwt_timer_destroy(mine[1]);
+    return 0;
+}
+
+static void test_a_child_warns_once_of_its_own(void **state)
+{
+    (void)state;
+    static hwtt_log log;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.log = hwtt_log_cb;
+    o.log_ctx = &log;
+    static hwt_timer *timers[LIVE_TIMERS_WARNED_PAST + 1];
+    for (int i = 0; i <= LIVE_TIMERS_WARNED_PAST; i++)
+        assert_int_equal(hwt_timer_create(&timers[i], &o), 0);
+    /* The parent may have warned in an earlier test: at most once here. */
+    assert_true(atomic_load(&log.count[HWT_LOG_ERROR]) <= 1);
+    assert_int_equal(in_child(child_creates_one_more, NULL), 0);
+    for (int i = 0; i <= LIVE_TIMERS_WARNED_PAST; i++)
+        hwt_timer_destroy(timers[i]);
+}
+
 static void test_a_child_does_not_count_the_inherited_timers_it_destroyed(void **state)
 {
     (void)state;
@@ -341,6 +379,7 @@ int main(void)
     hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_child_sees_an_inherited_timer_stopped, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_child_warns_once_of_its_own, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_child_of_an_unstarted_timer, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_fork_from_a_task, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_child_forked_in_a_task_ends_as_the_task_returns,
