@@ -41,15 +41,19 @@ enum {
                                timeout from the queue into the wheel */
     HWT_TO_EXEC_ARMED = 8,  /* with EXPIRED: handed to the executor, not yet run */
     HWT_TO_CANCEL_CB = 16,  /* set at creation: the task has a cancelled callback */
-    /* Reschedule (timeout.c). A move to an earlier deadline is written under
-     * BUSY, so the worker never reads a deadline that a call may still lose;
-     * MOVED: the timeout is on a stripe's moved stack (through stack_link),
-     * holding a reference, for the worker to file it again. Every change of
-     * a pending deadline adds HWT_TO_GEN: a worker that read the deadline
-     * before it cannot then expire the timeout (its CAS fails). */
-    HWT_TO_BUSY = 32,
-    HWT_TO_MOVED = 64,
-    HWT_TO_GEN = 256 /* bits 8..31: a generation count, wrapping */
+    /* Reschedule (timeout.c). MOVED: the timeout is on a stripe's moved
+     * stack (through stack_link), holding a reference, for the worker to
+     * file it again. A move to an earlier deadline is written under BUSY, a
+     * count of the calls writing at once (HWT_TO_BUSY_ONE each, up to
+     * HWT_TO_BUSY_MAX): the worker never reads a deadline while any is, so
+     * it never acts on one that a call may still lose or write over. Every
+     * change of a pending deadline adds HWT_TO_GEN: a worker that read the
+     * deadline before it cannot then expire the timeout (its CAS fails). */
+    HWT_TO_MOVED = 32,
+    HWT_TO_BUSY_ONE = 64,
+    HWT_TO_BUSY = 64 | 128 | 256, /* bits 6..8: the count */
+    HWT_TO_BUSY_MAX = 7,
+    HWT_TO_GEN = 512 /* bits 9..31: a generation count, wrapping */
 };
 #define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 

@@ -26,9 +26,9 @@ typedef enum {
     HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */
     HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
                                    before it reads the started ones */
-    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule holds BUSY and wrote its deadline, before it
-                                    releases BUSY */
-    HWT_STEP_RESCHEDULE_TOLD,    /* a reschedule released BUSY setting MOVED, before it pushes
+    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule counts in BUSY and wrote its deadline, before
+                                    it leaves the count */
+    HWT_STEP_RESCHEDULE_TOLD,    /* a reschedule left BUSY setting MOVED, before it pushes
                                     the timeout on its moved stack */
     HWT_STEP_WORKER_DEFERS,      /* the worker found a timeout BUSY, before it defers it */
     HWT_STEP_DRAIN_WAITS,        /* the final drain waits for cancels and moved entries still
@@ -39,7 +39,7 @@ typedef enum {
                                     cleared kicked, before it looks at the queues again */
     HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
                                     ticks that ended), before the next slice */
-    HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule holds BUSY, before it writes its deadline */
+    HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule counts in BUSY, before it writes its deadline */
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -16,6 +16,8 @@
  * the timer's pool when both are gone; the timer's memory lives while any
  * timeout of it is out of the pool (pool.c).
  */
+#include <sched.h>
+
 #include "alloc.h"
 #include "internal.h"
 #include "steps.h"
@@ -209,18 +211,19 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
  * The timeout stays in its old slot meanwhile: when that slot comes due the
  * worker finds the later deadline and files it again, once.
  *
- * Earlier, or while another call holds BUSY: claim BUSY (and bump the
- * generation) first, then write, then release - the worker never reads a
- * deadline while BUSY is set, so it cannot expire the timeout early on a
- * deadline this call may still lose to a cancel or an expiry. Then, as the
- * old slot may be later than the new deadline, the timeout goes on this
- * thread's moved stack (with a reference) for the worker to file it again.
- * A call that finds BUSY set by another takes it over (a new generation):
- * the last to write decides, and the one that was taken over returns true.
- * Its write may land after the taker has told the worker, so it too has an
- * entry come by after it (tell_after_takeover).
- * A cancel or a stop may win while BUSY is set: the call then returns false
- * (what it wrote is never read: the timeout will not run). */
+ * Earlier, or while other calls are writing (BUSY): add one to the BUSY
+ * count (and bump the generation) first, then write, then take the one
+ * away - the worker never reads a deadline while the count is not zero, so
+ * it cannot act on one that this call may still lose to a cancel or an
+ * expiry, or that another call writing at once may still write over. The
+ * last to write decides, and every call that released returns true. Then,
+ * as the old slot may be later than the new deadline, the timeout goes on
+ * this thread's moved stack (with a reference) for the worker to file it
+ * again, once its count is back to zero: by a call whose deadline is
+ * earlier than the one it read, and by any that wrote while others did
+ * (what it read may be theirs, not the slot's). A cancel or a stop may win
+ * while the count is not zero: the call then returns false (what it wrote
+ * is never read: the timeout will not run). */
 
 static int64_t new_deadline(hwt_timer *timer, int64_t delay_ns)
 {
@@ -251,43 +254,28 @@ static void wake_for_moved(hwt_timer *timer, int64_t deadline)
     maybe_wake_for(timer, deadline, 0);
 }
 
-/* A call taken over (another claimed BUSY since ours) may have written its
- * deadline after the taker told the worker, and after the worker filed the
- * timeout by the taker's: have an entry come by after our write. The CAS
- * sets MOVED, keeping the rest (a BUSY holder then leaves the telling to
- * that entry), and pushes unless an entry was on its way already; it also
- * orders our write before the worker's read of the deadline as it takes the
- * entry. False if the timeout ended meanwhile. */
-static bool tell_after_takeover(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
-{
-    do {
-        if ((s & HWT_TO_LIFE) != HWT_TO_INIT)
-            return false;
-    } while (!atomic_compare_exchange_weak(&t->state, &s, s | HWT_TO_MOVED));
-    if (!(s & HWT_TO_MOVED)) {
-        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
-        hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
-    }
-    wake_for_moved(timer, deadline);
-    return true;
-}
-
 static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s,
                                bool tell_anyway)
 {
     uint32_t mine;
-    for (;;) { /* claim */
+    for (;;) { /* claim: one more call writing */
         if ((s & HWT_TO_LIFE) != HWT_TO_INIT)
             return false;
-        mine = (s | HWT_TO_BUSY) + HWT_TO_GEN;
+        if ((s & HWT_TO_BUSY) == HWT_TO_BUSY) {
+            /* HWT_TO_BUSY_MAX calls writing this timeout at once: wait for
+             * one to finish (a few instructions, unless it was preempted). */
+            sched_yield();
+            s = atomic_load(&t->state);
+            continue;
+        }
+        mine = s + HWT_TO_BUSY_ONE + HWT_TO_GEN;
         if (atomic_compare_exchange_weak(&t->state, &s, mine))
             break;
     }
-    /* A call taken over (BUSY was set) may have written a deadline the
-     * worker was never told of, and a later move's write may have landed
+    /* Others writing at once, or a later move whose write may have landed
      * over another's (tell_anyway): the slot the timeout sits in may be
      * later than anything `before` says, so we tell as for an earlier one. */
-    bool took_over = tell_anyway || (s & HWT_TO_BUSY) != 0;
+    bool others = tell_anyway || (s & HWT_TO_BUSY) != 0;
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMING, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
@@ -296,18 +284,18 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
     for (;;) { /* release */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false; /* a cancel or a stop won */
-        if ((cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK))
-            return tell_after_takeover(timer, t, deadline, cur); /* the taker releases */
-        bool earlier = deadline < before || took_over;
-        bool tell = earlier && !(cur & HWT_TO_MOVED); /* else its entry is still there */
-        uint32_t next = (cur & ~(uint32_t)HWT_TO_BUSY) | (tell ? HWT_TO_MOVED : 0);
+        bool told = deadline < before || others ||
+                    (cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK) || /* claimed since */
+                    (cur & HWT_TO_BUSY) != HWT_TO_BUSY_ONE;
+        bool push = told && !(cur & HWT_TO_MOVED); /* else an entry is on its way */
+        uint32_t next = cur - HWT_TO_BUSY_ONE + (push ? HWT_TO_MOVED : 0);
         if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
-            if (tell) {
+            if (push) {
                 hwt__step_reached(HWT_STEP_RESCHEDULE_TOLD, timer);
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
             }
-            if (earlier)
+            if (told)
                 wake_for_moved(timer, deadline);
             return true;
         }

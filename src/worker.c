@@ -153,7 +153,7 @@ static size_t process_cancels(hwt_timer *timer)
 
 /* ---------------------------------------------------------- reschedules */
 
-/* Takes a timeout out of the wheel's way while a reschedule holds it (BUSY:
+/* Takes a timeout out of the wheel's way while reschedules write it (BUSY:
  * its deadline is being written): it waits on the worker's moved stack, with
  * a reference, and is filed again at the next pass. Unless it is on a moved
  * stack already, or about to be (MOVED: the reschedule that set it pushes

@@ -779,39 +779,6 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwtt_destroy(timer);
 }
 
-/* A reschedule to +100 ms claims BUSY and pauses before it writes; another
- * to +30 s takes it over, writes, tells the worker, which files the
- * timeout at +30 s. The first then writes +100 ms: both returned true, the
- * deadline is the first's, and it sat in the +30 s slot, told nobody. Now
- * the call that was taken over has an entry come by after its write. */
-static void test_a_taken_over_claim_that_writes_last_tells_the_worker(void **state)
-{
-    (void)state;
-    hwt_timer *timer = new_timer();
-    atomic_int ran = 0;
-    hwt_timeout *t;
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 1, HWT_HOURS, &t), 0);
-    expect_in_wheel(t);
-    arm(HWT_STEP_RESCHEDULE_CLAIMING, timer);
-    struct call first;
-    begin_reschedule(&first, t, 100);
-    expect_reached(HWT_STEP_RESCHEDULE_CLAIMING);
-    assert_true(hwt_timeout_reschedule(t, 30, HWT_SECONDS));
-    /* The worker has taken the taker's entry (MOVED cleared), filed the
-     * timeout by +30 s and dropped the entry's reference: the handle's and
-     * the in-flight one are left. */
-    assert_true(hwtt_wait_until(!(atomic_load(&t->state) & HWT_TO_MOVED) &&
-                                    atomic_load(&t->refs) == 2,
-                                hwtt_slack_ms(5000)));
-    int64_t written = hwtt_now_ns();
-    open_gate(HWT_STEP_RESCHEDULE_CLAIMING);
-    assert_true(finish_reschedule(&first));
-    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(3000)));
-    assert_true(hwtt_now_ns() - written < INT64_C(20) * 1000000000);
-    hwt_timeout_release(t);
-    hwtt_destroy(timer);
-}
-
 /* A reschedule to an earlier deadline has set MOVED and not yet taken its
  * reference and pushed the timeout on its moved stack (paused at
  * HWT_STEP_RESCHEDULE_TOLD). The worker, not told yet, runs the timeout at
@@ -892,6 +859,106 @@ static void holding_executor(void *ctx, hwt_timeout *timeout)
     (void)ctx;
     atomic_store(&deadline_at_hand_over, hwt__deadline_of(timeout));
     atomic_store(&handed_over, timeout);
+}
+
+
+/* Writes that the worker acts on only once every call writing at once has
+ * finished: A (+50 ms) claims and pauses before its write; B (+30 s) claims
+ * too, writes, and returns true; A writes, and pauses before it finishes.
+ * The worker, held in a task until then, takes B's entry: it found the
+ * timeout not BUSY (B had released it, A's claim had been taken over), ran
+ * it by A's +50 ms, and A, finding it expired, returned false: the one true
+ * result (B's +30 s) saw the task run 30 s early. Now the worker defers it
+ * while A writes; A returns true, and the task runs by A's deadline, the
+ * last written. */
+static _Atomic int64_t ran_at_ns;
+
+static void note_run_time(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&ran_at_ns, hwtt_now_ns());
+}
+
+static void test_the_worker_waits_for_every_call_writing_at_once(void **state)
+{
+    (void)state;
+    atomic_store(&hold_started, false);
+    atomic_store(&hold_released, false);
+    atomic_store(&ran_at_ns, 0);
+    hwt_timer *timer = new_timer();
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, note_run_time, NULL, 1, HWT_HOURS, &t), 0);
+    expect_in_wheel(t);
+    assert_int_equal(hwt_new_timeout(timer, hold_worker, NULL, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&hold_started), hwtt_slack_ms(5000)));
+    arm(HWT_STEP_RESCHEDULE_CLAIMING, timer);
+    struct call a;
+    int64_t a_called = hwtt_now_ns();
+    begin_reschedule(&a, t, 50);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMING);
+    assert_true(hwt_timeout_reschedule(t, 30, HWT_SECONDS));
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMING);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED); /* A wrote +50 ms */
+    watch(HWT_STEP_WORKER_DEFERS, timer);
+    atomic_store(&hold_released, true); /* the worker takes B's entry */
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_WORKER_DEFERS].arrivals) > 0 ||
+                                    atomic_load(&ran_at_ns) != 0,
+                                hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
+    bool a_result = finish_reschedule(&a);
+    assert_true(hwtt_wait_until(atomic_load(&ran_at_ns) != 0, hwtt_slack_ms(3000)));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+    if (!a_result)
+        fail_msg("A (+50 ms) returned false, B (+30 s) true, and the task ran %lld ms after A's "
+                 "call",
+                 (long long)((atomic_load(&ran_at_ns) - a_called) / 1000000));
+    assert_true(atomic_load(&ran_at_ns) - a_called >= 50 * INT64_C(1000000));
+}
+
+/* With an executor: A (+50 min, earlier than the hour: the claimed way)
+ * pauses before its write; B (+10 ms) claims too and returns true. The
+ * worker ran the timeout at +10 ms, B's deadline, and A then wrote +50 min
+ * and returned false with its deadline left written: the executor's run
+ * measured the task's lateness against it. Now the timeout waits for A,
+ * which writes last and returns true: due at +50 min, nothing is handed
+ * over. */
+static void test_a_call_writing_while_another_finishes_is_not_lost_to_expiry(void **state)
+{
+    (void)state;
+    atomic_store(&handed_over, NULL);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.executor = holding_executor;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    atomic_int runs = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &runs, 1, HWT_HOURS, &t), 0);
+    expect_in_wheel(t);
+    arm(HWT_STEP_RESCHEDULE_CLAIMING, timer);
+    struct call a;
+    begin_reschedule(&a, t, 50 * 60 * 1000);
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMING);
+    int64_t b_called = hwt__rel_now(timer);
+    watch(HWT_STEP_WORKER_DEFERS, timer);
+    assert_true(hwt_timeout_reschedule(t, 10, HWT_MILLISECONDS));
+    /* Past B's deadline, the worker has looked at the timeout (or run it). */
+    assert_true(hwtt_wait_until(
+        (hwt__rel_now(timer) > b_called + 30 * INT64_C(1000000) &&
+         atomic_load(&gates[HWT_STEP_WORKER_DEFERS].arrivals) > 0) ||
+            atomic_load(&handed_over) != NULL,
+        hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMING);
+    assert_true(finish_reschedule(&a)); /* written last */
+    assert_null(atomic_load(&handed_over));
+    assert_int_equal(hwt_pending_timeouts(timer), 1);
+    assert_true(hwt__deadline_of(t) > b_called + 40 * 60 * INT64_C(1000000000));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+    assert_int_equal(atomic_load(&runs), 0);
 }
 
 /* A timer whose executor holds what expires, a timeout of it due in 30 ms
@@ -1217,8 +1284,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_taken_over_claim_that_writes_last_tells_the_worker,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_worker_waits_for_every_call_writing_at_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_call_writing_while_another_finishes_is_not_lost_to_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_move_told_after_the_timeout_ran_is_not_left_behind,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_later_moves_at_once_leave_it_due_at_the_last,
