@@ -116,7 +116,10 @@ static void cancel_noticed(hwt_timer *timer, hwt_timeout *t)
 }
 
 /* Unlinks cancelled timeouts and calls their cancelled callbacks, in the
- * order each thread cancelled them. Returns how many.
+ * order each thread cancelled them. Returns how many. Not those cancelled
+ * while on a moved stack (rescheduled earlier, not yet filed again): their
+ * one stack link is taken, so process_moved hears of their cancel, after
+ * this (the SPEC promises no order of cancelled callbacks).
  *
  * One walk down each stack, newest first: only the callbacks' order shows,
  * so a timeout without a cancelled callback is let go as the walk meets it,
@@ -436,13 +439,17 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
                 hwt_timeout *t = take_queued(timer, i, &took[i], &dropped);
                 if (t == NULL)
                     break;
-                n++;
                 if (mark_transferred(t)) {
+                    n++;
                     if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
                         hwt__wheel_place(&timer->worker.wheel, &t->node);
                 } else {
+                    /* Cancelled since the take: let go of at once, not
+                     * charged to the budget (as those cancelled before
+                     * it), so that a burst taken and then cancelled is
+                     * reused within the latency, not a budget a pass. */
                     let_go_cancelled(timer, t);
-                    ++*cancelled;
+                    dropped++;
                 }
             }
         }
@@ -626,6 +633,7 @@ static void run_loop(hwt_timer *timer)
             .cancels = cancels,
             .queued = (int64_t)hwt__queued_count(timer),
             .cancels_wait = cancels_wait,
+            .backlog_waited = backlog_waits,
         };
         struct hwt__sleep_plan plan = hwt__plan_sleep(&policy, &seen);
         slept_soon = plan.cancel_watch;

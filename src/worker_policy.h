@@ -199,9 +199,9 @@ static inline int64_t hwt__plan_last_tick(const struct hwt__policy *p, int64_t q
  * moved once it is over, not while its producers run, nor while other
  * threads cancel it. Only after such a sleep: a worker that planned to
  * wake within the latency moves new timeouts as they come. A timeout
- * cancelled while queued is dropped in that pass: within the latency of
- * the wake-up its canceller made (later than the cancel by that wake-up's
- * own delay). */
+ * cancelled while queued is dropped in that pass, which comes within half
+ * the latency (hwt__plan_sleep, backlog_waited): its canceller woke us, and
+ * that wake-up's delay and this pass fit in the other half. */
 static inline bool hwt__plan_backlog_waits(const struct hwt__policy *p, int64_t now,
                                            bool slept_soon, uint64_t queued, int64_t queued_floor)
 {
@@ -226,6 +226,7 @@ struct hwt__sleep_snapshot {
     size_t cancels;       /* cancels processed, or cancelled timeouts dropped, this pass */
     int64_t queued;       /* new timeouts pushed and not yet moved (hwt__queued_count) */
     int64_t cancels_wait; /* hwt__plan_cancels_wait's answer for this pass */
+    bool backlog_waited;  /* hwt__plan_backlog_waits held: the queues were left as they were */
 };
 
 struct hwt__sleep_plan {
@@ -256,6 +257,16 @@ static inline struct hwt__sleep_plan hwt__plan_sleep(const struct hwt__policy *p
         next = s->cur;
     if (s->cancels > 0 || (!plan.more_queued && s->queued > 0)) {
         int64_t cap = hwt__sat_add(s->now, p->cancel_latency_ns) / p->tick_ns - 1;
+        if (s->backlog_waited) {
+            /* Woken (not planned) for a queued timeout's cancel, maybe: as
+             * for cancels that wait (hwt__plan_cancels_wait), half the
+             * latency from now, so that the wake-up's own delay and this
+             * pass do not take the drop past the latency of the cancel. At
+             * least to the end of this tick. */
+            int64_t half = hwt__sat_add(s->now, p->cancel_latency_ns / 2) / p->tick_ns - 1;
+            int64_t this_tick = s->now / p->tick_ns;
+            cap = half > this_tick ? half : this_tick;
+        }
         if (cap < next)
             next = cap;
     }

@@ -260,6 +260,19 @@ static void test_a_far_backlog_waits_after_a_long_sleep_only(void **state)
     struct hwt__sleep_plan plan = hwt__plan_sleep(&p, &s);
     assert_true(plan.wake_at <= latency);
     assert_true(plan.cancel_watch);
+    /* The pass that left them waiting (woken, maybe by the cancel of one of
+     * them) plans half the latency: the wake-up's delay and the pass must
+     * not take that cancel's drop past its latency. At least to the end of
+     * this tick (a tick of the latency: no earlier tick to wake at). */
+    s.backlog_waited = true;
+    plan = hwt__plan_sleep(&p, &s);
+    assert_true(plan.wake_at <= now + p.cancel_latency_ns / 2);
+    assert_true(plan.wake_at > now + p.cancel_latency_ns / 2 - p.tick_ns);
+    struct hwt__policy big = policy(200 * MS, 100000);
+    s.now = 200 * MS + 150 * MS;
+    s.cur = 1;
+    plan = hwt__plan_sleep(&big, &s);
+    assert_true(plan.wake_at == 400 * MS);
 }
 
 /* The ticks processed ahead of a transfer stop at the tick of the earliest

@@ -220,6 +220,105 @@ static void test_stop_after_cancel_while_queued(void **state)
     }
 }
 
+/* SPEC: cancelled timeouts are "reused within one tick or 100 ms, whichever
+ * is longer, even when the worker is otherwise idle". One queued behind a
+ * long planned sleep (due later than it: no kick), cancelled without a
+ * cancelled callback: its canceller wakes the worker, which leaves the
+ * queue for its next pass - planned a whole latency after the wake-up, so
+ * the drop came 100 ms plus that wake-up's delay after the cancel. A 1 us
+ * tick, so that no tick rounds the plan down. Checked right at 100 ms
+ * (under a slowed-down runner, only that it comes). */
+static void nothing(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+static bool long_sleep_planned(hwt_timer *timer)
+{
+    return !atomic_load(&timer->cancel_watch) &&
+           atomic_load(&timer->wake_before) > hwt__rel_now(timer) + INT64_C(5) * 1000000000;
+}
+
+static void test_a_queued_cancel_is_let_go_within_the_latency(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.tick_unit = HWT_MICROSECONDS;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    const int64_t latency = timer->cancel_latency_ns;
+    assert_int_equal(latency, 100 * INT64_C(1000000));
+    assert_int_equal(hwt_new_timeout(timer, nothing, NULL, 10, HWT_SECONDS, NULL), 0);
+    for (int round = 0; round < 3; round++) {
+        assert_true(hwtt_wait_until(long_sleep_planned(timer), hwtt_slack_ms(2000)));
+        hwt_timeout *t;
+        assert_int_equal(hwt_new_timeout(timer, nothing, NULL, 1, HWT_HOURS, &t), 0);
+        assert_int_equal(atomic_load(&t->refs), 2); /* queued: the handle's and the queue's */
+        assert_true(hwt_timeout_cancel(t));
+        int64_t limit = hwtt_now_ns() + latency;
+        while (atomic_load(&t->refs) != 1 && hwtt_now_ns() < limit)
+            ;
+        bool in_time = atomic_load(&t->refs) == 1;
+        assert_true(hwtt_wait_until(atomic_load(&t->refs) == 1, hwtt_slack_ms(5000)));
+        hwt_timeout_release(t);
+        if (hwtt_slowdown() == 1)
+            assert_true(in_time);
+    }
+    hwtt_destroy(timer);
+}
+
+/* The same for timeouts cancelled after the worker took them from their
+ * queue and before it moved them: each was charged to the transfer budget
+ * as if moved, so with a budget of 1 a tick, 300 of them taken were let go
+ * of one a tick, the last 300 ms after its cancel. */
+enum { TAKEN = 300 };
+static hwt_timeout *t[TAKEN];
+static atomic_bool taken_scheduled;
+static unsigned hwt__stripe_of_worker;
+
+static void schedule_taken(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    for (int i = 0; i < TAKEN; i++)
+        if (hwt_new_timeout(arg, nothing, NULL, 1, HWT_HOURS, &t[i]) != 0)
+            return;
+    hwt__stripe_of_worker = hwt__stripe_of_thread; /* dealt at the first */
+    atomic_store(&taken_scheduled, true);
+}
+
+static void test_timeouts_cancelled_after_the_take_are_not_charged(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.tick_unit = HWT_MILLISECONDS;
+    o.max_transfers_per_tick = 1;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    atomic_store(&taken_scheduled, false);
+    /* From a task: the worker takes all of them in its next pass. */
+    assert_int_equal(hwt_new_timeout(timer, schedule_taken, timer, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&taken_scheduled) && transferred(timer) >= 2,
+                                hwtt_slack_ms(2000)));
+    assert_true(hwt__stack_is_empty(&timer->stripes[hwt__stripe_of_worker].queue));
+    assert_true(transferred(timer) < TAKEN / 2);
+    for (int i = 0; i < TAKEN; i++)
+        assert_true(hwt_timeout_cancel(t[i]));
+    int64_t limit = hwtt_now_ns() + timer->cancel_latency_ns;
+    hwtt_wait_until(transferred(timer) == TAKEN + 1 || hwtt_now_ns() >= limit, hwtt_slack_ms(5000));
+    int held = 0;
+    for (int i = 0; i < TAKEN; i++)
+        held += atomic_load(&t[i]->refs) != 1;
+    assert_true(hwtt_wait_until(transferred(timer) == TAKEN + 1, hwtt_slack_ms(5000))); /* and the task */
+    for (int i = 0; i < TAKEN; i++)
+        hwt_timeout_release(t[i]);
+    hwtt_destroy(timer);
+    if (held > 0 && hwtt_slowdown() == 1)
+        fail_msg("%d of %d cancelled timeouts still held 100 ms after their cancel", held, TAKEN);
+}
+
 int main(void)
 {
     hwtt_watchdog(300);
@@ -233,6 +332,10 @@ int main(void)
         cmocka_unit_test_teardown(test_cancel_while_queued_skips_the_cancel_stack,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_stop_after_cancel_while_queued, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_queued_cancel_is_let_go_within_the_latency,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_timeouts_cancelled_after_the_take_are_not_charged,
+                                  hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
