@@ -330,10 +330,12 @@ HWT_EXTERN bool hwt_timeout_cancel(hwt_timeout *timeout);
  * one of the requested deadlines. The pending count does not change.
  * A timeout stays one-shot: from its own task it is already expired (false);
  * a periodic task schedules its next timeout instead.
- * Moving a deadline later costs a clock read and one compare-and-swap; the
- * worker files the timeout again when its old slot comes due (at most once per
- * time it does). Moving it earlier also queues it for the worker, as a cancel
- * does. Lock-free, no allocation, never blocks. Any thread. */
+ * Moving a deadline later costs a clock read and two compare-and-swaps on one
+ * cache line; the worker files the timeout again when its old slot comes due
+ * (at most once per time it does). Moving it earlier also queues it for the
+ * worker, as a cancel does. Lock-free, no allocation, never blocks - but for a
+ * 64th call moving one timeout earlier while 63 others are each preempted
+ * mid-write: it yields until one of them finishes. Any thread. */
 HWT_EXTERN bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit);
 
 /* True once cancelled (by hwt_timeout_cancel or by a stop). NULL: false. Any thread. */

@@ -51,9 +51,9 @@ enum {
      * deadline before it cannot then expire the timeout (its CAS fails). */
     HWT_TO_MOVED = 32,
     HWT_TO_BUSY_ONE = 64,
-    HWT_TO_BUSY = 64 | 128 | 256, /* bits 6..8: the count */
-    HWT_TO_BUSY_MAX = 7,
-    HWT_TO_GEN = 512 /* bits 9..31: a generation count, wrapping */
+    HWT_TO_BUSY = 63 * 64, /* bits 6..11: the count */
+    HWT_TO_BUSY_MAX = 63,
+    HWT_TO_GEN = 4096 /* bits 12..31: a generation count, wrapping */
 };
 #define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 

@@ -262,8 +262,9 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if ((s & HWT_TO_LIFE) != HWT_TO_INIT)
             return false;
         if ((s & HWT_TO_BUSY) == HWT_TO_BUSY) {
-            /* HWT_TO_BUSY_MAX calls writing this timeout at once: wait for
-             * one to finish (a few instructions, unless it was preempted). */
+            /* HWT_TO_BUSY_MAX (63) calls writing this timeout at once, each
+             * preempted in those few instructions: wait for one to finish.
+             * The one place a reschedule waits for another thread. */
             sched_yield();
             s = atomic_load(&t->state);
             continue;

@@ -779,6 +779,52 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwtt_destroy(timer);
 }
 
+/* SPEC: hwt_timeout_reschedule is lock-free. Seven calls moving one timeout
+ * earlier, each held between its claim and its write (as if preempted
+ * there): an eighth waited (yielding) for one of them, as the count of
+ * calls writing at once had three bits. It has six now: the eighth goes
+ * through. Every call reaching the step waits while `holding_claims`. */
+static atomic_bool holding_claims;
+static atomic_int claims_held;
+static _Atomic(void *) claims_timer;
+
+static void hold_claims(hwt__step step, void *timer)
+{
+    if (step != HWT_STEP_RESCHEDULE_CLAIMING || timer != atomic_load(&claims_timer))
+        return;
+    atomic_fetch_add(&claims_held, 1);
+    hwtt_wait_until(!atomic_load(&holding_claims), hwtt_slack_ms(20000));
+    atomic_fetch_sub(&claims_held, 1);
+}
+
+enum { CLAIMS_HELD = 7 };
+
+static void test_a_reschedule_goes_through_seven_held_in_their_write(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 1, HWT_HOURS, &t), 0);
+    atomic_store(&claims_timer, timer);
+    atomic_store(&holding_claims, true);
+    hwt__set_step_hook(hold_claims);
+    struct call held[CLAIMS_HELD], eighth;
+    for (int i = 0; i < CLAIMS_HELD; i++)
+        begin_reschedule(&held[i], t, 10 * 60 * 1000); /* earlier than the hour */
+    assert_true(hwtt_wait_until(atomic_load(&claims_held) == CLAIMS_HELD, hwtt_slack_ms(5000)));
+    atomic_store(&claims_timer, NULL); /* the eighth is not held */
+    begin_reschedule(&eighth, t, 20 * 60 * 1000);
+    bool through = hwtt_wait_until(atomic_load(&eighth.done), hwtt_slack_ms(5000));
+    atomic_store(&holding_claims, false);
+    for (int i = 0; i < CLAIMS_HELD; i++)
+        assert_true(finish_reschedule(&held[i]));
+    assert_true(finish_reschedule(&eighth));
+    hwt__set_step_hook(step_hook);
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+    assert_true(through);
+}
+
 /* A reschedule to an earlier deadline has set MOVED and not yet taken its
  * reference and pushed the timeout on its moved stack (paused at
  * HWT_STEP_RESCHEDULE_TOLD). The worker, not told yet, runs the timeout at
@@ -1288,6 +1334,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_a_call_writing_while_another_finishes_is_not_lost_to_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_reschedule_goes_through_seven_held_in_their_write,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_move_told_after_the_timeout_ran_is_not_left_behind,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_later_moves_at_once_leave_it_due_at_the_last,
