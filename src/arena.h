@@ -29,7 +29,7 @@ typedef uint32_t hwt__ref;
 
 #define HWT_ARENA_UNIT 8                         /* bytes per ref step: objects are 8-aligned */
 #define HWT_ARENA_MAX_BYTES (UINT64_C(32) << 30) /* 2^32 units */
-#define HWT_ARENA_MIN_BYTES (UINT64_C(256) << 20)
+#define HWT_ARENA_MIN_BYTES (UINT64_C(16) << 20) /* 8 large pages: ~400 000 timeouts */
 #define HWT_ARENA_BLOCK_BYTES (UINT64_C(16) << 10) /* the unit of a map */
 #define HWT_ARENA_SLOT_BYTES (UINT64_C(2) << 20)   /* a large page */
 

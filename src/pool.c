@@ -379,8 +379,9 @@ struct take {
 };
 
 /* A magazine, else a never-used chunk of a region that `c` owns or nobody
- * does; count 0 if the depot has neither. */
-static struct take take_locked(struct hwt__pool *pool, const struct thread_cache *c)
+ * does (or anybody, with any_owner); count 0 if the depot has neither. */
+static struct take take_locked(struct hwt__pool *pool, const struct thread_cache *c,
+                               bool any_owner)
 {
     struct take got = {{NULL, 0, NULL}, NULL, 0};
     pool->last_take_ns = coarse_now_ns();
@@ -408,7 +409,7 @@ static struct take take_locked(struct hwt__pool *pool, const struct thread_cache
     for (r = pool->regions[HWT_REGIONS_TAILS]; r != NULL; r = r->links[HWT_REGIONS_TAILS].next) {
         if (r->owner == c)
             break;
-        if (r->owner == NULL && any == NULL)
+        if ((r->owner == NULL || any_owner) && any == NULL)
             any = r;
     }
     if (r == NULL)
@@ -685,10 +686,17 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 {
     struct take got;
     pthread_mutex_lock(&timer->pool.lock);
-    got = take_locked(&timer->pool, c);
+    got = take_locked(&timer->pool, c, false);
     pthread_mutex_unlock(&timer->pool.lock);
-    if (got.mag.count == 0 && !grow(timer, c, &got))
-        return false;
+    if (got.mag.count == 0 && !grow(timer, c, &got)) {
+        /* No new region: another thread's never-used chunks, which are
+         * kept for it only so that a thread's timeouts share regions. */
+        pthread_mutex_lock(&timer->pool.lock);
+        got = take_locked(&timer->pool, c, true);
+        pthread_mutex_unlock(&timer->pool.lock);
+        if (got.mag.count == 0)
+            return false;
+    }
     hwt__timer_ref_n(timer, got.mag.count);
     if (got.fresh_region != NULL) {
         char *chunk = chunk_out(timer, got.fresh_region, got.fresh_chunk);

@@ -116,19 +116,13 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
     int64_t now = hwt__rel_now(timer);
-    int rc = reserve_pending(timer, stripe);
-    if (rc != 0)
-        return fail(stripe, rc);
     uint16_t task;
-    if (!hwt__task_intern(timer, run, cancelled, &task)) {
-        hwt__pending_sub(timer, 1);
+    if (!hwt__task_intern(timer, run, cancelled, &task))
         return fail(stripe, HWT_ENOMEM);
-    }
     hwt_timeout *t;
     int no_key = 0;
-    rc = hwt__timeout_alloc(timer, &t, &no_key);
+    int rc = hwt__timeout_alloc(timer, &t, &no_key);
     if (rc != 0) {
-        hwt__pending_sub(timer, 1);
         if (rc != HWT_ESYS)
             return fail(stripe, rc);
         /* Logged once the call counts as failed: a stop's final drain waits
@@ -140,6 +134,13 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
         hwt__pool_log_no_key(timer, no_key);
         hwt__timer_unref_n(timer, 1);
         return rc;
+    }
+    /* The pending slot last: a call that fails for memory (a new region
+     * can take a while) never holds one that another call is refused for. */
+    rc = reserve_pending(timer, stripe);
+    if (rc != 0) {
+        hwt__timeout_free(timer, t);
+        return fail(stripe, rc);
     }
     t->task = task;
     t->arg = arg;

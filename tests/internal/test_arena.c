@@ -1,10 +1,12 @@
 /*
  * test_arena.c - the arena behind 32-bit refs (arena.c): maps are aligned to
  * their size up to a large page, zeroed, reachable by ref both ways, and
- * their addresses are reused once given back; a failed map changes nothing.
+ * their addresses are reused once given back; a failed map changes nothing;
+ * a low address-space limit leaves a smaller range, not none.
  */
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "helpers.h"
 #include "internal.h"
@@ -106,9 +108,56 @@ static void test_a_failed_map_changes_nothing(void **state)
     assert_null(hwt__arena_map(HWT_SITE_WHEEL, hwt__arena_bytes() + 1, false));
 }
 
+/* Under `ulimit -v` below 2 GiB an eighth of the limit was below the
+ * smallest range the arena would take (256 MiB then), so no timer could be
+ * created at all, though the process had over a GiB of address space free.
+ * In a child (the range is reserved once per process): 1.5 GiB. */
+static void nothing(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+}
+
+static int under_a_low_address_space_limit(void *arg)
+{
+    (void)arg;
+    if (hwt__arena_bytes() != 0)
+        return 90; /* reserved before the fork: nothing to see */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) != 0)
+        return 91;
+    lim.rlim_cur = (rlim_t)1536 << 20;
+    if (setrlimit(RLIMIT_AS, &lim) != 0)
+        return 92;
+    hwt_timer *t = NULL;
+    if (hwt_timer_create(&t, NULL) != 0)
+        return 1;
+    int rc = hwt_new_timeout(t, nothing, NULL, 1, HWT_SECONDS, NULL);
+    hwt_timer_destroy(t);
+    if (rc != 0)
+        return 2;
+    return hwt__arena_bytes() <= ((size_t)1536 << 20) / 8 ? 0 : 3;
+}
+
+static void test_a_low_address_space_limit_leaves_a_smaller_range(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* the sanitizers' shadow memory does not fit under such a limit */
+#endif
+    if (hwtt_slowdown() > 1)
+        skip(); /* valgrind, qemu: their own address space */
+    int rc = hwtt_run_in_child(under_a_low_address_space_limit, NULL, hwtt_slack_ms(10000));
+    if (rc >= 90)
+        skip();
+    assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        /* First: before anything reserves this process's range. */
+        cmocka_unit_test(test_a_low_address_space_limit_leaves_a_smaller_range),
         cmocka_unit_test(test_maps_are_aligned_zeroed_and_reachable_by_ref),
         cmocka_unit_test(test_given_back_addresses_are_reused_zeroed),
         cmocka_unit_test(test_a_failed_map_changes_nothing),

@@ -1313,6 +1313,133 @@ static void test_memory_freed_after_last_release(void **state)
     }
 }
 
+
+/* With max_pending_timeouts = 1 and nothing pending, thread A's schedule
+ * held its pending slot while it allocated (here: a new block for a new
+ * (run, cancelled) pair, held in the hook until B is done, then failed):
+ * B's schedule was refused (HWT_EREJECTED, counted rejected), though
+ * nothing was ever pending. The slot is now taken last. */
+static atomic_int slot_stage; /* 0: pass; 1: A is in the hook; 2: fail A */
+static _Thread_local bool slot_hold_here;
+
+static int holding_then_failing(hwt__alloc_site site)
+{
+    if (!slot_hold_here || site != HWT_SITE_TASKS)
+        return 0;
+    atomic_store(&slot_stage, 1);
+    hwtt_wait_until(atomic_load(&slot_stage) == 2, hwtt_slack_ms(10000));
+    return 1;
+}
+
+static hwt_timer *slot_timer;
+static atomic_int slot_a_rc;
+static rec slot_rec;
+
+static void *schedule_a_new_pair(void *arg)
+{
+    (void)arg;
+    slot_hold_here = true;
+    hwt_task task = {.run = rec_run, .cancelled = cb_fns[69]};
+    atomic_store(&slot_a_rc,
+                 hwt_new_timeout_task(slot_timer, &task, &slot_rec, 1, HWT_HOURS, NULL));
+    slot_hold_here = false;
+    return NULL;
+}
+
+static void test_a_schedule_failing_for_memory_holds_no_pending_slot(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.max_pending_timeouts = 1;
+    slot_timer = hwtt_track(hwtt_timer_opts(&o));
+    /* The task table's first block full (64 pairs): a new pair allocates. */
+    for (int i = 0; i < 64; i++) {
+        hwt_task task = {.run = rec_run, .cancelled = cb_fns[i]};
+        hwt_timeout *h;
+        assert_int_equal(hwt_new_timeout_task(slot_timer, &task, &slot_rec, 1, HWT_HOURS, &h), 0);
+        assert_true(hwt_timeout_cancel(h));
+        hwt_timeout_release(h);
+    }
+    assert_int_equal(hwt_pending_timeouts(slot_timer), 0);
+    hwt_stats before, after;
+    hwt_timer_stats(slot_timer, &before);
+    atomic_store(&slot_stage, 0);
+    hwt__set_alloc_fail_hook(holding_then_failing);
+    pthread_t a;
+    assert_int_equal(pthread_create(&a, NULL, schedule_a_new_pair, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&slot_stage) == 1, hwtt_slack_ms(5000)));
+    hwt_task known = {.run = rec_run, .cancelled = cb_fns[0]};
+    int b_rc = hwt_new_timeout_task(slot_timer, &known, &slot_rec, 1, HWT_HOURS, NULL);
+    atomic_store(&slot_stage, 2);
+    pthread_join(a, NULL);
+    hwt__set_alloc_fail_hook(NULL);
+    hwt_timer_stats(slot_timer, &after);
+    assert_int_equal(atomic_load(&slot_a_rc), HWT_ENOMEM);
+    assert_int_equal(b_rc, 0);
+    assert_int_equal(after.rejected, before.rejected);
+    /* And a refused call still takes nothing: the limit holds. */
+    assert_int_equal(hwt_new_timeout_task(slot_timer, &known, &slot_rec, 1, HWT_HOURS, NULL),
+                     HWT_EREJECTED);
+    assert_int_equal(hwt_pending_timeouts(slot_timer), 1);
+    hwtt_destroy(slot_timer);
+}
+
+/* Thread A scheduled 410 timeouts: its second region has a never-used
+ * chunk in the depot, kept for A while A stays bound. Thread B, whose own
+ * new region cannot be mapped, got HWT_ENOMEM though the depot held room
+ * for 409 timeouts of the very timer. It now takes A's chunk. */
+static _Thread_local bool region_fails_here;
+static int failing_regions_here(hwt__alloc_site site)
+{
+    return region_fails_here && site == HWT_SITE_TIMEOUT_POOL;
+}
+
+static hwt_timer *owned_timer;
+static atomic_bool owner_done, owner_may_exit;
+
+static void *owner_schedules(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 410; i++)
+        if (hwt_new_timeout(owned_timer, rec_run, &slot_rec, 1, HWT_HOURS, NULL) != 0)
+            break;
+    atomic_store(&owner_done, true);
+    hwtt_wait_until(atomic_load(&owner_may_exit), hwtt_slack_ms(10000));
+    return NULL;
+}
+
+static void *schedule_without_a_region(void *arg)
+{
+    region_fails_here = true;
+    *(int *)arg = hwt_new_timeout(owned_timer, rec_run, &slot_rec, 1, HWT_HOURS, NULL);
+    region_fails_here = false;
+    return NULL;
+}
+
+static void test_enomem_only_when_no_chunk_is_free(void **state)
+{
+    (void)state;
+    atomic_store(&owner_done, false);
+    atomic_store(&owner_may_exit, false);
+    owned_timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(owned_timer), 0);
+    pthread_t a, b;
+    assert_int_equal(pthread_create(&a, NULL, owner_schedules, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&owner_done), hwtt_slack_ms(5000)));
+    assert_true(hwt__pool_capacity(&owned_timer->pool) >=
+                (size_t)hwt_pending_timeouts(owned_timer) + 400);
+    hwt__set_alloc_fail_hook(failing_regions_here);
+    int b_rc = 1;
+    assert_int_equal(pthread_create(&b, NULL, schedule_without_a_region, &b_rc), 0);
+    pthread_join(b, NULL);
+    hwt__set_alloc_fail_hook(NULL);
+    atomic_store(&owner_may_exit, true);
+    pthread_join(a, NULL);
+    hwtt_destroy(owned_timer);
+    assert_int_equal(b_rc, 0);
+}
+
 /* ---------------------------------------------------------- summary */
 
 static void test_sites_covered(void **state)
@@ -1346,6 +1473,9 @@ int main(void)
         cmocka_unit_test_teardown(test_stop_list_enomem_then_stop_dropping, teardown),
         cmocka_unit_test_teardown(test_stop_kth_failure_nothing_lost, teardown),
         cmocka_unit_test_teardown(test_stop_list_empty_needs_no_allocation, teardown),
+        cmocka_unit_test_teardown(test_a_schedule_failing_for_memory_holds_no_pending_slot,
+                                  teardown),
+        cmocka_unit_test_teardown(test_enomem_only_when_no_chunk_is_free, teardown),
         cmocka_unit_test_teardown(test_worker_creation_fails_esys, teardown),
         cmocka_unit_test_teardown(test_worker_creation_fails_then_stop_destroy, teardown),
         cmocka_unit_test_teardown(test_long_task_delays_but_loses_nothing, teardown),
