@@ -117,7 +117,8 @@ static void mark_slots(size_t first, size_t n, bool used)
 }
 
 /* The first of n free slots in a row, taken; 0 if there are none. */
-static size_t take_slots_locked(size_t n)
+/* The first of n free slots in a row, or 0: none. */
+static size_t free_slots_locked(size_t n)
 {
     size_t run = 0;
     for (size_t s = 1; s < arena.slots; s++) {
@@ -126,12 +127,18 @@ static size_t take_slots_locked(size_t n)
             continue;
         }
         run = slot_is_used(s) ? 0 : run + 1;
-        if (run == n) {
-            mark_slots(s + 1 - n, n, true);
+        if (run == n)
             return s + 1 - n;
-        }
     }
     return 0;
+}
+
+static size_t take_slots_locked(size_t n)
+{
+    size_t s = free_slots_locked(n);
+    if (s != 0)
+        mark_slots(s, n, true);
+    return s;
 }
 
 /* ------------------------------------------------------------ pieces */
@@ -267,6 +274,18 @@ void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
     if (populate)
         hwt__os_populate(p, bytes);
     return p;
+}
+
+bool hwt__arena_has_room(size_t size)
+{
+    unsigned cut = 0;
+    size_t slots = 1; /* a piece: a slot to cut, unless one cut for its size has room */
+    bool piece = shape_of(size, &cut, &slots);
+    pthread_mutex_lock(&arena.lock);
+    bool room = hwt__arena_base == NULL || (piece && arena.with_free[cut] != 0) ||
+                (slots <= arena.slots && free_slots_locked(slots) != 0);
+    pthread_mutex_unlock(&arena.lock);
+    return room;
 }
 
 void hwt__arena_unmap(void *p, size_t size)

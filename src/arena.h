@@ -29,7 +29,7 @@ typedef uint32_t hwt__ref;
 
 #define HWT_ARENA_UNIT 8                         /* bytes per ref step: objects are 8-aligned */
 #define HWT_ARENA_MAX_BYTES (UINT64_C(32) << 30) /* 2^32 units */
-#define HWT_ARENA_MIN_BYTES (UINT64_C(16) << 20) /* 8 large pages: ~400 000 timeouts */
+#define HWT_ARENA_MIN_BYTES (UINT64_C(16) << 20) /* 8 slots, 7 usable: ~360 000 timeouts */
 #define HWT_ARENA_BLOCK_BYTES (UINT64_C(16) << 10) /* the unit of a map */
 #define HWT_ARENA_SLOT_BYTES (UINT64_C(2) << 20)   /* a large page */
 
@@ -55,6 +55,10 @@ static inline hwt__ref hwt__arena_ref(const void *p)
  * can (else each on its first touch). NULL when the arena or memory is
  * exhausted (nothing changed then). */
 void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate);
+
+/* Whether the range has room for a map of `size` now (a snapshot): where a
+ * map failed, tells a full range from a failing system. Any thread. */
+bool hwt__arena_has_room(size_t size);
 
 /* Gives a mapping back (the same size): its memory to the system, its
  * addresses to later maps. */

@@ -442,6 +442,13 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
      * pending, TLB misses on small pages were most of what a schedule or a
      * churn pair cost (bench/README.md, "Large pages"). */
     char *base = hwt__arena_map(HWT_SITE_TIMEOUT_POOL, bytes, true);
+    /* No room in the range for that size (a small one, under a low
+     * RLIMIT_AS, holds a few slots, and each size of region cuts one): a
+     * smaller region. */
+    while (base == NULL && bytes > HWT_TIMEOUT_CHUNK_BYTES && !hwt__arena_has_room(bytes)) {
+        bytes /= 2;
+        base = hwt__arena_map(HWT_SITE_TIMEOUT_POOL, bytes, true);
+    }
     if (base == NULL)
         return false;
     struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);

@@ -22,6 +22,20 @@
 #include "internal.h"
 #include "steps.h"
 
+/* Counts a refusal for max_pending_timeouts: HWT_EREJECTED. */
+static int refuse(struct hwt__stripe *stripe)
+{
+    hwt__stripe_add(&stripe->rejected, 1);
+    return HWT_EREJECTED;
+}
+
+/* Whether max_pending_timeouts is reached now (a snapshot). */
+static bool pending_full(hwt_timer *timer)
+{
+    return timer->max_pending > 0 &&
+           atomic_load_explicit(&timer->pending, memory_order_relaxed) >= timer->max_pending;
+}
+
 /* Reserves one pending slot: 0, or HWT_EREJECTED over max_pending_timeouts.
  * Only limited timers need the exact total (a shared counter); unlimited
  * ones count nothing more than the stripe's `started`. */
@@ -31,10 +45,8 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
         return 0;
     int64_t cur = atomic_load_explicit(&timer->pending, memory_order_relaxed);
     do {
-        if (cur >= timer->max_pending) {
-            hwt__stripe_add(&stripe->rejected, 1);
-            return HWT_EREJECTED;
-        }
+        if (cur >= timer->max_pending)
+            return refuse(stripe);
     } while (!atomic_compare_exchange_weak_explicit(&timer->pending, &cur, cur + 1,
                                                     memory_order_relaxed, memory_order_relaxed));
     return 0;
@@ -116,6 +128,11 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
     int64_t now = hwt__rel_now(timer);
+    /* Refused at once while the limit is reached: a refused call changes
+     * nothing (no task interned, no cache bound, no memory taken). The slot
+     * itself is taken after the allocation (below). */
+    if (pending_full(timer))
+        return fail(stripe, refuse(stripe));
     uint16_t task;
     if (!hwt__task_intern(timer, run, cancelled, &task))
         return fail(stripe, HWT_ENOMEM);

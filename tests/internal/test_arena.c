@@ -2,7 +2,8 @@
  * test_arena.c - the arena behind 32-bit refs (arena.c): maps are aligned to
  * their size up to a large page, zeroed, reachable by ref both ways, and
  * their addresses are reused once given back; a failed map changes nothing;
- * a low address-space limit leaves a smaller range, not none.
+ * a low address-space limit leaves a smaller range, not none, and the
+ * smallest one fills up.
  */
 #include <stdint.h>
 #include <string.h>
@@ -153,11 +154,57 @@ static void test_a_low_address_space_limit_leaves_a_smaller_range(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* The smallest range (RLIMIT_AS of 128 MiB: an eighth is 16 MiB) has 7
+ * usable slots. A thread's regions double from 16 KiB to 1 MiB, each size
+ * of piece cutting a slot of its own, then asked for 2 MiB, a whole slot:
+ * none was left, and the thread got HWT_ENOMEM at ~52 000 timeouts with
+ * most of the range free. It now maps a smaller region where the range has
+ * no room for the size it wants. */
+enum { SMALLEST_RANGE_HOLDS = 300000 };
+
+static int in_the_smallest_range(void *arg)
+{
+    (void)arg;
+    if (hwt__arena_bytes() != 0)
+        return 90;
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) != 0)
+        return 91;
+    lim.rlim_cur = (rlim_t)128 << 20;
+    if (setrlimit(RLIMIT_AS, &lim) != 0)
+        return 92;
+    hwt_timer *t = NULL;
+    if (hwt_timer_create(&t, NULL) != 0)
+        return 93;
+    long n = 0;
+    while (n < SMALLEST_RANGE_HOLDS && hwt_new_timeout(t, nothing, NULL, 1, HWT_HOURS, NULL) == 0)
+        n++;
+    hwt_timer_destroy(t);
+    if (hwt__arena_bytes() != HWT_ARENA_MIN_BYTES)
+        return 94; /* not the smallest range: nothing to see */
+    return n >= SMALLEST_RANGE_HOLDS ? 0 : 1;
+}
+
+static void test_the_smallest_range_is_filled(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip();
+#endif
+    if (hwtt_slowdown() > 1)
+        skip();
+    int rc = hwtt_run_in_child(in_the_smallest_range, NULL, hwtt_slack_ms(20000));
+    if (rc >= 90)
+        skip();
+    assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         /* First: before anything reserves this process's range. */
         cmocka_unit_test(test_a_low_address_space_limit_leaves_a_smaller_range),
+        cmocka_unit_test(test_the_smallest_range_is_filled),
         cmocka_unit_test(test_maps_are_aligned_zeroed_and_reachable_by_ref),
         cmocka_unit_test(test_given_back_addresses_are_reused_zeroed),
         cmocka_unit_test(test_a_failed_map_changes_nothing),

@@ -1395,6 +1395,69 @@ static int failing_regions_here(hwt__alloc_site site)
     return region_fails_here && site == HWT_SITE_TIMEOUT_POOL;
 }
 
+/* And a call over the limit changes nothing (SPEC: it "gets HWT_EREJECTED
+ * and changes nothing"): taking the slot after the allocation had it intern
+ * its pair, bind its thread's cache and take a timeout (mapping a region)
+ * first, and get HWT_ENOMEM, not HWT_EREJECTED, when memory was short. A
+ * limit reached is now refused before any of that. */
+static hwt_timer *full_timer(void)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.max_pending_timeouts = 1;
+    hwt_timer *t = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_new_timeout(t, rec_run, &slot_rec, 1, HWT_HOURS, NULL), 0);
+    assert_int_equal(hwt_pending_timeouts(t), 1);
+    return t;
+}
+
+struct refused {
+    hwt_timer *timer;
+    int rc;
+    size_t cached;
+    bool pool_fails;
+};
+
+static void *refused_on_a_fresh_thread(void *arg)
+{
+    struct refused *r = arg;
+    region_fails_here = r->pool_fails;
+    r->rc = hwt_new_timeout(r->timer, rec_run, &slot_rec, 1, HWT_HOURS, NULL);
+    region_fails_here = false;
+    r->cached = hwt__pool_thread_cached(r->timer);
+    return NULL;
+}
+
+static void test_a_refused_call_takes_nothing(void **state)
+{
+    (void)state;
+    hwt_timer *t = full_timer();
+    size_t pairs = t->task_count, capacity = hwt__pool_capacity(&t->pool);
+    hwt_task new_pair = {.run = rec_run, .cancelled = cb_fns[68]};
+    assert_int_equal(hwt_new_timeout_task(t, &new_pair, &slot_rec, 1, HWT_HOURS, NULL),
+                     HWT_EREJECTED);
+    assert_int_equal(t->task_count, pairs);
+    struct refused r = {.timer = t, .rc = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, refused_on_a_fresh_thread, &r), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(r.rc, HWT_EREJECTED);
+    assert_int_equal(r.cached, 0);
+    assert_int_equal(hwt__pool_capacity(&t->pool), capacity);
+    /* Memory short too: still HWT_EREJECTED, counted rejected. */
+    hwt_stats before, after;
+    hwt_timer_stats(t, &before);
+    hwt__set_alloc_fail_hook(failing_regions_here);
+    r = (struct refused){.timer = t, .rc = 1, .pool_fails = true};
+    assert_int_equal(pthread_create(&th, NULL, refused_on_a_fresh_thread, &r), 0);
+    pthread_join(th, NULL);
+    hwt__set_alloc_fail_hook(NULL);
+    hwt_timer_stats(t, &after);
+    assert_int_equal(r.rc, HWT_EREJECTED);
+    assert_int_equal(after.rejected, before.rejected + 1);
+    hwtt_destroy(t);
+}
+
 static hwt_timer *owned_timer;
 static atomic_bool owner_done, owner_may_exit;
 
@@ -1476,6 +1539,7 @@ int main(void)
         cmocka_unit_test_teardown(test_a_schedule_failing_for_memory_holds_no_pending_slot,
                                   teardown),
         cmocka_unit_test_teardown(test_enomem_only_when_no_chunk_is_free, teardown),
+        cmocka_unit_test_teardown(test_a_refused_call_takes_nothing, teardown),
         cmocka_unit_test_teardown(test_worker_creation_fails_esys, teardown),
         cmocka_unit_test_teardown(test_worker_creation_fails_then_stop_destroy, teardown),
         cmocka_unit_test_teardown(test_long_task_delays_but_loses_nothing, teardown),
