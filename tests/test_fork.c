@@ -299,6 +299,16 @@ static void test_forking_thread_cache_is_dropped(void **state)
     hwtt_destroy(timer);
 }
 
+/* Options whose log callback counts into `log`. */
+static hwt_options logging_to(hwtt_log *log)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.log = hwtt_log_cb;
+    o.log_ctx = log;
+    return o;
+}
+
 /* The warning past 64 live timers counts the inherited ones the child has
  * not destroyed (they are in its memory), and not those it has. */
 enum { PARENTS_TIMERS = 60, LIVE_TIMERS_WARNED_PAST = 64 };
@@ -309,10 +319,7 @@ static int child_destroys_then_creates(void *arg)
     for (int i = 0; i < PARENTS_TIMERS; i++)
         hwt_timer_destroy(inherited[i]); /* returns at once */
     static hwtt_log log;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.log = hwtt_log_cb;
-    o.log_ctx = &log;
+    hwt_options o = logging_to(&log);
     static hwt_timer *mine[LIVE_TIMERS_WARNED_PAST + 1];
     for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
         CHECK(1, hwt_timer_create(&mine[i], &o) == 0);
@@ -330,10 +337,7 @@ static int child_creates_one_more(void *arg)
 {
     (void)arg;
     static hwtt_log log;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.log = hwtt_log_cb;
-    o.log_ctx = &log;
+    hwt_options o = logging_to(&log);
     hwt_timer *mine[2];
     CHECK(1, hwt_timer_create(&mine[0], &o) == 0);
     CHECK(2, atomic_load(&log.count[HWT_LOG_ERROR]) == 1);
@@ -348,10 +352,7 @@ static void test_a_child_warns_once_of_its_own(void **state)
 {
     (void)state;
     static hwtt_log log;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.log = hwtt_log_cb;
-    o.log_ctx = &log;
+    hwt_options o = logging_to(&log);
     static hwt_timer *timers[LIVE_TIMERS_WARNED_PAST + 1];
     for (int i = 0; i <= LIVE_TIMERS_WARNED_PAST; i++)
         assert_int_equal(hwt_timer_create(&timers[i], &o), 0);
