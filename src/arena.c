@@ -116,7 +116,6 @@ static void mark_slots(size_t first, size_t n, bool used)
     }
 }
 
-/* The first of n free slots in a row, taken; 0 if there are none. */
 /* The first of n free slots in a row, or 0: none. */
 static size_t free_slots_locked(size_t n)
 {
@@ -133,6 +132,7 @@ static size_t free_slots_locked(size_t n)
     return 0;
 }
 
+/* The same, taken. */
 static size_t take_slots_locked(size_t n)
 {
     size_t s = free_slots_locked(n);

@@ -63,8 +63,7 @@ enum {
     HWT_W_RELEASED = 1,    /* out of the queue and not in the wheel any more */
     HWT_W_CANCEL_DONE = 2, /* its cancellation was processed (callback called) */
     HWT_W_DEFERRED = 4,    /* out of the wheel, on a moved stack until a reschedule is done */
-    HWT_W_STOPPED = 8,     /* taken by the final drain of a stop */
-    HWT_W_MOVED_OWED = 16  /* ended with a reschedule's moved entry yet to come by */
+    HWT_W_MOVED_OWED = 8   /* ended with a reschedule's moved entry yet to come by */
 };
 
 /* A timeout's task: interned per timer (tasks.c), the timeout keeps its index. */

@@ -303,10 +303,10 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
     for (;;) { /* release */
         if ((cur & HWT_TO_LIFE) != HWT_TO_INIT)
             return false; /* a cancel or a stop won */
-        bool told = deadline < before || others ||
+        bool tell = deadline < before || others ||
                     (cur & HWT_TO_GEN_MASK) != (mine & HWT_TO_GEN_MASK) || /* claimed since */
                     (cur & HWT_TO_BUSY) != HWT_TO_BUSY_ONE;
-        bool push = told && !(cur & HWT_TO_MOVED); /* else an entry is on its way */
+        bool push = tell && !(cur & HWT_TO_MOVED); /* else an entry is on its way */
         uint32_t next = cur - HWT_TO_BUSY_ONE + (push ? HWT_TO_MOVED : 0);
         if (atomic_compare_exchange_weak(&t->state, &cur, next)) {
             if (push) {
@@ -314,7 +314,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
                 atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* the stack's */
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
             }
-            if (told)
+            if (tell)
                 wake_for_moved(timer, deadline);
             return true;
         }

@@ -320,9 +320,10 @@ static void bump(_Atomic uint64_t *counter, uint64_t n)
 /* Reverses a stack just taken (newest first) into the order it is moved in:
  * the timeouts due before `soon_before` (ns since start) first, then the
  * rest, each part oldest first - a stable partition, and `soon_before` is a
- * tick boundary, so timeouts due in one tick keep their order. The soon ones are few (a few ms of deadlines); once
- * they are in the wheel, the ticks before the rest's earliest deadline can
- * run between slices of a long transfer (run_loop). Lets go of the timeouts
+ * tick boundary, so timeouts due in one tick keep their order. The soon
+ * ones are few (a few ms of deadlines); once they are in the wheel, the
+ * ticks before the rest's earliest deadline can run between slices of a
+ * long transfer (run_loop). Lets go of the timeouts
  * already cancelled on the way: each is touched once, not twice (where
  * timeouts are cancelled soon after they are scheduled, most are), and adds
  * their number to *dropped.
@@ -682,7 +683,7 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
         let_go_cancelled(timer, t);
         return;
     }
-    t->wflags |= HWT_W_RELEASED | HWT_W_STOPPED;
+    t->wflags |= HWT_W_RELEASED;
     owe_moved_entry(timer, t, state);
     hwt__stopset_add(&timer->worker.stopped_set, t);
 }
