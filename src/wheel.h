@@ -29,9 +29,11 @@ struct hwt__wheel_link {
 };
 
 /* What the wheel files: embed it in your object, in the arena (16 bytes).
- * The wheel writes `link` and reads `deadline`; `deadline` is the owner's,
- * and may change only while the node is not linked (or inside the advance
- * callback, see hwt__wheel_advance). While not linked, link.prev is 0. */
+ * The wheel writes `link` and reads `deadline`; `deadline` is the owner's.
+ * While the node is linked the owner may only move it later (atomically:
+ * the wheel may read it meanwhile), and refiles the node when the wheel
+ * hands it back before its new tick ("Refiling" in wheel.c); inside the
+ * advance callback, anything goes. While not linked, link.prev is 0. */
 struct hwt__wheel_node {
     struct hwt__wheel_link link; /* first: a link is its node */
     int64_t deadline;            /* in the wheel's time unit (ns): due at tick deadline / tick */
