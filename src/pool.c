@@ -677,6 +677,11 @@ int hwt__pool_bind_thread(hwt_timer *timer)
     return bind(timer);
 }
 
+bool hwt__pool_thread_bound(const hwt_timer *timer)
+{
+    return cache.timer == timer;
+}
+
 void hwt__pool_log_no_key(const hwt_timer *timer, int err)
 {
     hwt__log(timer, HWT_LOG_ERROR, "no thread key for the timeout cache: %s", strerror(err));

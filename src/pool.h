@@ -106,6 +106,11 @@ void hwt__pool_after_fork_in_child(void);
  * straight to the depot. Not logged: see hwt__pool_log_no_key. */
 int hwt__pool_bind_thread(hwt_timer *timer);
 
+/* Whether the calling thread's cache is bound to `timer`: it allocated
+ * from it, and its binding holds a reference to the timer until the thread
+ * exits or turns to another timer. */
+bool hwt__pool_thread_bound(const hwt_timer *timer);
+
 /* Logs (ERROR) that no thread key could be had: err, from a bind. Calls the
  * user's log callback, which may call the library: never from inside a
  * schedule that a stop may be waiting for, nor before the worker is up. */

@@ -9,8 +9,10 @@
  * worker's answer, and the join happens without the lock. So the worker
  * can always take it (to announce itself, or to answer), and any
  * interleaving of starts, stops and destroys completes. A starter or
- * stopper holds a reference to the timer's memory while it waits, so a
- * destroy racing it frees nothing under its feet. Thread cancellation is
+ * stopper holds a reference to the timer's memory while it waits, and so
+ * does a thread's first schedule (its cache's binding keeps the timer for
+ * the later ones), so a destroy racing them frees nothing under their
+ * feet. Thread cancellation is
  * held off inside these calls (pthread_cond_wait and pthread_join are
  * cancellation points): a cancelled caller acts on it after it returns,
  * with no lock held.
@@ -372,10 +374,22 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         return HWT_EINVAL;
     if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
         return HWT_ESTOPPED;
+    int64_t delay_ns = hwt__sat_mul(delay, unit_ns);
+    if (hwt__pool_thread_bound(timer)) { /* its binding keeps the timer */
+        int rc = ensure_started(timer);
+        return rc != 0 ? rc : hwt__schedule(timer, run, cancelled, arg, delay_ns, timeout);
+    }
+    /* A thread's first call holds nothing of the timer until its cache
+     * binds, in the allocation; a stop does not wait for a call that has
+     * not counted itself yet. So a destroy racing it (the first call of all
+     * starts the worker, and may meet a destroy while it does) would free
+     * the timer under it: a reference for the whole call. */
+    hold(timer);
     int rc = ensure_started(timer);
-    if (rc != 0)
-        return rc;
-    return hwt__schedule(timer, run, cancelled, arg, hwt__sat_mul(delay, unit_ns), timeout);
+    if (rc == 0)
+        rc = hwt__schedule(timer, run, cancelled, arg, delay_ns, timeout);
+    hwt__timer_unref_n(timer, 1);
+    return rc;
 }
 
 int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay, hwt_unit unit,

@@ -270,6 +270,61 @@ static void test_destroy_while_a_start_waits(void **state)
     assert_int_equal(start.rc, HWT_ESTOPPED);
 }
 
+/* The timer's last reference calls free_memory: noted, and the memory kept
+ * until every call is out, so that freeing it under a call fails an
+ * assertion instead of being a use after free. */
+static void (*free_for_real)(hwt_timer *timer);
+static atomic_bool timer_freed;
+
+static void note_freed(hwt_timer *timer)
+{
+    (void)timer;
+    atomic_store(&timer_freed, true);
+}
+
+/* A thread's first schedule on a timer, paused before it counts itself on
+ * its stripe, and a destroy meanwhile: the stop does not wait for it (it
+ * has not counted itself), and the destroy drops the creator's reference.
+ * The call's own reference keeps the timer until it is out: it then sees
+ * the stop, and frees the timer. `started`: the timer was started before
+ * (else this call starts the worker). */
+static void destroy_during_a_first_schedule(bool started)
+{
+    hwt_timer *timer = hwtt_timer(1, HWT_MILLISECONDS, 512); /* not tracked: destroyed here */
+    if (started)
+        assert_int_equal(hwt_timer_start(timer), 0);
+    free_for_real = timer->free_memory;
+    timer->free_memory = note_freed;
+    atomic_store(&timer_freed, false);
+    arm(HWT_STEP_SCHEDULE_STARTED, timer);
+    hwtt_rec rec = {0};
+    struct call schedule, destroy;
+    begin(&schedule, timer, OP_SCHEDULE, &rec);
+    expect_reached(HWT_STEP_SCHEDULE_STARTED);
+    begin(&destroy, timer, OP_DESTROY, NULL);
+    finish(&destroy);
+    bool freed_under_the_call = atomic_load(&timer_freed);
+    open_gate(HWT_STEP_SCHEDULE_STARTED);
+    finish(&schedule);
+    assert_true(atomic_load(&timer_freed));
+    free_for_real(timer);
+    assert_false(freed_under_the_call);
+    assert_int_equal(schedule.rc, HWT_ESTOPPED);
+    assert_int_equal(atomic_load(&rec.ran), 0);
+}
+
+static void test_destroy_during_the_first_schedule_frees_nothing_under_it(void **state)
+{
+    (void)state;
+    destroy_during_a_first_schedule(false);
+}
+
+static void test_destroy_during_a_threads_first_schedule_frees_nothing_under_it(void **state)
+{
+    (void)state;
+    destroy_during_a_first_schedule(true);
+}
+
 /* A first schedule racing a stop, paused where it has seen the timer
  * started but not yet counted itself: the stop does not wait for it; it
  * then sees SHUTDOWN and fails, and the count read between its announce
@@ -1313,6 +1368,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_between_latch_and_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_stops_during_a_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_while_a_start_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_during_the_first_schedule_frees_nothing_under_it,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_destroy_during_a_threads_first_schedule_frees_nothing_under_it, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup, teardown),
