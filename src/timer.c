@@ -126,8 +126,11 @@ static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool atfork_registered;
 static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_may_stop */
 
+static int64_t forked_at_ns; /* in a child: when it was forked */
+
 static void after_fork_in_child(void)
 {
+    forked_at_ns = hwt__now_ns();
     atomic_fetch_add(&hwt__fork_generation, 1);
     atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
@@ -617,7 +620,12 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&
         timer->worker_ready) {
-        int64_t elapsed = hwt__now_ns() - timer->start_ns;
+        /* Until the worker ended (an inherited timer's, at the latest when
+         * this process was forked). */
+        int64_t end = atomic_load(&timer->end_ns);
+        if (end == 0)
+            end = hwt__inherited(timer) ? forked_at_ns : hwt__now_ns();
+        int64_t elapsed = end - timer->start_ns;
         stats->ticks = elapsed > 0 ? (uint64_t)(elapsed / timer->tick_ns) : 0;
     }
 }

@@ -844,6 +844,7 @@ void *hwt__worker_main(void *arg)
     }
 
     run_loop(timer);
+    atomic_store(&timer->end_ns, hwt__now_ns());
     final_drain(timer);
     answer_stops(timer);
     return NULL;

@@ -72,6 +72,9 @@ static int child_of_a_running_timer(void *p)
     while (hwtt_now_ns() < until)
         hwtt_sleep_ms(10);
     CHECK(7, atomic_load(&in->soon_rec->ran) == 0); /* due, but no worker here */
+    hwt_stats later;
+    hwt_timer_stats(in->timer, &later);
+    CHECK(20, later.ticks == st.ticks); /* no worker here: no tick elapses for it */
     CHECK(8, atomic_load(&in->pending_rec->cb) == 0);
     hwt_timeout **list = (hwt_timeout **)&count;
     size_t n = 5;

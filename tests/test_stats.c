@@ -352,6 +352,25 @@ static void test_ticks_grow_while_idle(void **state)
     hwtt_destroy(timer);
 }
 
+/* "ticks elapsed since the worker started": once hwt_stop has returned the
+ * worker is gone, and no tick elapses for it. */
+static void test_ticks_stand_still_after_stop(void **state)
+{
+    (void)state;
+    hwt_timer *timer = mk(1, HWT_MILLISECONDS, 512, -1);
+    assert_int_equal(hwt_timer_start(timer), 0);
+    assert_true(hwtt_wait_until(stats_of(timer).ticks >= 20, 20 + hwtt_slack_ms(1000)));
+    hwt_timeout **list = NULL;
+    size_t n = 0;
+    assert_int_equal(hwt_stop(timer, &list, &n), 0);
+    uint64_t at_stop = stats_of(timer).ticks;
+    assert_true(at_stop >= 20);
+    hwtt_sleep_ms(30); /* 30 tick lengths pass */
+    uint64_t later = stats_of(timer).ticks;
+    hwtt_destroy(timer);
+    assert_int_equal(later, at_stop);
+}
+
 /* SPEC 4: an idle worker sleeps until something is due, instead of waking on
  * every tick (Netty wakes 1000 times a second with a 1 ms tick). */
 static void idle_wakeups_case(bool with_far_timeout)
@@ -507,6 +526,7 @@ int main(void)
         T(test_pending_equals_hwt_pending_timeouts),
         T(test_counters_only_grow),
         T(test_ticks_grow_while_idle),
+        T(test_ticks_stand_still_after_stop),
         T(test_idle_worker_does_not_tick),
         T(test_idle_worker_with_far_timeout_does_not_tick),
         T(test_wakeups_follow_work),
