@@ -42,9 +42,13 @@
  * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
  * timer at a time. Each cached timeout keeps its region mapped: one or two
  * regions when timeouts are freed in the order they were allocated, up to
- * one per cached timeout when freed in random order - for as long as the
- * thread stays bound. The worker gives its freed ones back before each
- * sleep (hwt__pool_give_back_freed).
+ * one per cached timeout when freed in random order. A thread that frees
+ * about as much as it takes (one timeout at a time, say) reuses the same
+ * few and keeps the others, so every CACHE_CHECK_CALLS calls it looks at
+ * the clock and gives its freed ones back if it has not for
+ * CACHE_GIVE_BACK_NS; one that makes no more calls keeps them until it
+ * exits. The worker gives its freed ones back before each sleep
+ * (hwt__pool_give_back_freed).
  *
  * The timer's reference count holds one reference per timeout outside the
  * depot (cached or in use), so its memory outlives every cached or used
@@ -59,10 +63,10 @@
  * going up and down a little does not map and unmap in a loop, and up to
  * HWT_POOL_BUSY_KEEP_BYTES while threads are taking timeouts from it (see
  * keep_timeouts). A region kept so waits (IDLE) until a later give-back
- * finds the depot keeps enough without it, or a thread takes from it. So
- * when a burst is over, what stays mapped is the reserve and at most a
- * region more; at worst, when the burst's last timeouts come back while
- * threads still take, the busy allowance and a region.
+ * finds the depot keeps enough without it, or a thread takes from it; the
+ * worker makes such a give-back once the depot has been quiet for BUSY_NS
+ * (it plans a wake-up for it). So once a burst is over, what stays mapped
+ * is the reserve and at most a region more.
  *
  * Why nothing touches a region after it is unmapped:
  *   - every timeout of it is free, so nothing refers to one as a timeout in
@@ -143,6 +147,8 @@ struct thread_cache {
     hwt_timeout *fresh;
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
+    unsigned calls_to_check; /* allocations and frees until it looks at the clock */
+    int64_t given_back_ns;   /* when it last gave its freed timeouts back (coarse) */
 };
 
 static HWT_THREAD_LOCAL struct thread_cache cache;
@@ -174,6 +180,16 @@ static size_t timeouts_in_region(size_t region_bytes)
 #define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
 #define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
 #define BUSY_NS (50 * INT64_C(1000000)) /* a thread took timeouts this recently */
+/* The coarse clock runs up to a scheduler tick behind: a trim planned for
+ * BUSY_NS after the last take waits this much more, so that it finds the
+ * depot quiet. */
+#define TRIM_SLACK_NS (10 * INT64_C(1000000))
+/* A thread that keeps calling gives back its freed timeouts about this
+ * often (it looks at the clock every CACHE_CHECK_CALLS allocations and
+ * frees): a thread that frees as much as it takes would otherwise keep the
+ * same ones, and their regions, for as long as it lives. */
+#define CACHE_GIVE_BACK_NS (1000 * INT64_C(1000000))
+#define CACHE_CHECK_CALLS 64
 _Static_assert(HWT_POOL_BUSY_KEEP_BYTES >= HWT_POOL_RESERVE_BYTES, "busy keeps at least the reserve");
 
 /* ---------------------------------------------------------------- lists */
@@ -638,6 +654,8 @@ static int bind(hwt_timer *timer)
         flush(c);
     }
     c->timer = timer;
+    c->calls_to_check = CACHE_CHECK_CALLS;
+    c->given_back_ns = coarse_now_ns();
     /* The binding's own reference: a cache that allocation has emptied
      * still points at the timer, and its flush (at thread exit, or when the
      * thread turns to another timer) locks the timer's pool. */
@@ -645,17 +663,61 @@ static int bind(hwt_timer *timer)
     return 0;
 }
 
-void hwt__pool_give_back_freed(hwt_timer *timer)
+/* When a trim would give back regions kept only for the busy allowance:
+ * once the depot has been quiet for BUSY_NS (INT64_MAX: nothing to trim,
+ * as right after a trim_idle that found the depot quiet). */
+static int64_t next_trim_locked(const struct hwt__pool *pool)
 {
-    struct thread_cache *c = &cache;
-    if (c->timer != timer || c->loaded.count + c->spare.count == 0)
-        return;
+    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 ||
+        pool->free < RESERVE_TIMEOUTS + timeouts_in_region(HWT_MAX_REGION_BYTES))
+        return INT64_MAX;
+    return pool->last_take_ns + BUSY_NS + TRIM_SLACK_NS;
+}
+
+/* Gives the freed timeouts of the calling thread's cache (bound to
+ * `timer`) back to the depot, trims it, and returns next_trim_locked. */
+static int64_t give_back_cached(hwt_timer *timer, struct thread_cache *c)
+{
+    struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
-    pthread_mutex_lock(&timer->pool.lock);
-    size_t returned = put_mags_locked(&timer->pool, c, &gone);
-    pthread_mutex_unlock(&timer->pool.lock);
+    pthread_mutex_lock(&pool->lock);
+    size_t returned = put_mags_locked(pool, c, &gone);
+    trim_idle(pool, &gone);
+    int64_t trim_at = next_trim_locked(pool);
+    pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
     hwt__timer_unref_n(timer, returned); /* never the last: the thread is bound */
+    return trim_at;
+}
+
+int64_t hwt__pool_give_back_freed(hwt_timer *timer)
+{
+    struct thread_cache *c = &cache;
+    if (c->timer == timer)
+        return give_back_cached(timer, c);
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&timer->pool.lock);
+    trim_idle(&timer->pool, &gone);
+    int64_t trim_at = next_trim_locked(&timer->pool);
+    pthread_mutex_unlock(&timer->pool.lock);
+    release_regions(gone);
+    return trim_at;
+}
+
+/* Counts an allocation or free of the calling thread's cache; every
+ * CACHE_CHECK_CALLS, gives its freed timeouts back if it has not for
+ * CACHE_GIVE_BACK_NS. */
+static void count_call(hwt_timer *timer, struct thread_cache *c)
+{
+    if (--c->calls_to_check != 0)
+        return;
+    c->calls_to_check = CACHE_CHECK_CALLS;
+    int64_t now = coarse_now_ns();
+    if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
+        return;
+    c->given_back_ns = now;
+    if (c->loaded.count + c->spare.count > 0)
+        give_back_cached(timer, c);
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)
@@ -725,6 +787,7 @@ int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key)
     struct thread_cache *c = &cache;
     if (c->timer != timer && (*no_key = bind(timer)) != 0)
         return HWT_ESYS;
+    count_call(timer, c);
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {
         *m = c->spare;
@@ -781,4 +844,5 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
     node->next = m->first;
     m->first = node;
     m->count++;
+    count_call(timer, c);
 }

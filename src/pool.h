@@ -118,10 +118,13 @@ void hwt__pool_log_no_key(const hwt_timer *timer, int err);
 
 /* Gives the freed timeouts the calling thread caches for `timer` (if it is
  * bound to it) back to the depot, and with them any region they empty; it
- * stays bound. For the worker before it sleeps: nobody else can take what
- * its cache holds, and a few freed timeouts in random places would keep
- * their regions mapped for as long as it runs. */
-void hwt__pool_give_back_freed(hwt_timer *timer);
+ * stays bound. Then gives back the regions the depot kept for its busy
+ * allowance if it has been quiet long enough. Returns when to call again
+ * for such regions (CLOCK_MONOTONIC ns; INT64_MAX: none kept). For the
+ * worker before it sleeps: nobody else can take what its cache holds (a
+ * few freed timeouts in random places would keep their regions mapped for
+ * as long as it runs), and no other thread may come by to trim. */
+int64_t hwt__pool_give_back_freed(hwt_timer *timer);
 
 /* The most a thread caches for the timer it is bound to: two magazines of
  * freed timeouts and what is left of one never-used chunk. */

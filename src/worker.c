@@ -662,9 +662,13 @@ static void run_loop(hwt_timer *timer)
              * take from, and the regions it empties to the system (SPEC:
              * memory after a burst goes back within seconds). One lock per
              * sleep, when there is any. */
-            hwt__pool_give_back_freed(timer);
+            int64_t trim_at = hwt__pool_give_back_freed(timer);
             int64_t until = plan.wake_at == INT64_MAX ? INT64_MAX
                                                       : hwt__sat_add(timer->start_ns, plan.wake_at);
+            /* The regions a burst left while threads still took timeouts
+             * go back once the depot is quiet, not at the next burst. */
+            if (trim_at < until)
+                until = trim_at;
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
                 bump(&timer->wakeups, 1);
         }

@@ -469,6 +469,140 @@ static void test_a_busy_depot_keeps_more(void **state)
     hwtt_destroy(timer);
 }
 
+/* The busy allowance lasts while threads take timeouts, not for good: the
+ * regions a burst frees while another thread takes are kept (IDLE); with
+ * nothing given back afterwards, the worker trims them once the depot has
+ * been quiet for a while. */
+struct taker {
+    hwt_timer *timer;
+    atomic_bool stop;
+    atomic_size_t taken;
+    atomic_int failures;
+};
+
+/* Another thread of the server, still scheduling (it takes from the
+ * depot); it cancels each one at once, so that none is left to pin a
+ * region once it stops. */
+static void *keep_taking(void *p)
+{
+    struct taker *t = p;
+    while (!atomic_load(&t->stop)) {
+        hwt_timeout *h;
+        if (hwt_new_timeout(t->timer, noop, NULL, 1, HWT_HOURS, &h) != 0 ||
+            !hwt_timeout_cancel(h))
+            atomic_fetch_add(&t->failures, 1);
+        hwt_timeout_release(h);
+        atomic_fetch_add(&t->taken, 1);
+        hwtt_sleep_us(20);
+    }
+    return NULL; /* exits: its cache goes back */
+}
+
+static void test_the_busy_allowance_goes_once_quiet(void **state)
+{
+    (void)state;
+    enum { N = 800000 }; /* ~38 MB: twice the allowance */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    struct taker other = {.timer = timer};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, keep_taking, &other), 0);
+    assert_true(hwtt_wait_until(atomic_load(&other.taken) > 1000, hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < N; i++) /* this thread never scheduled: straight to the depot */
+        hwt_timeout_release(h[i]);
+    atomic_store(&other.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(atomic_load(&other.failures), 0);
+    size_t at_end = hwt__pool_capacity(&timer->pool);
+    /* The reserve and a region. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
+    print_message("  %d freed while another thread took %zu: pool of %zu then, %zu once quiet "
+                  "(bound %zu)\n",
+                  N, atomic_load(&other.taken), at_end, hwt__pool_capacity(&timer->pool), bound);
+    free(h);
+    hwtt_destroy(timer);
+    assert_true(at_end > bound); /* the allowance was kept while busy */
+    assert_true(back);
+}
+
+/* A thread that released a burst's handles in random order caches its last
+ * frees, each in another region; taking and freeing one timeout at a time
+ * afterwards (a light load) reuses the same one, so the others kept their
+ * regions mapped for as long as the thread lived. A thread that keeps
+ * calling gives what it caches back every so often. */
+struct light_load {
+    hwt_timer *timer;
+    size_t n;
+    hwt_timeout **h;
+    atomic_bool released, stop;
+    atomic_int failures;
+};
+
+static void *burst_then_light_load(void *p)
+{
+    struct light_load *l = p;
+    for (size_t i = 0; i < l->n; i++)
+        if (hwt_new_timeout(l->timer, noop, NULL, 1, HWT_MILLISECONDS, &l->h[i]) != 0)
+            atomic_fetch_add(&l->failures, 1);
+    /* Run, and let go of by the worker: the release frees here. */
+    if (!hwtt_wait_until(only_handles_hold(l->h, l->n), hwtt_slack_ms(10000)))
+        atomic_fetch_add(&l->failures, 1);
+    uint64_t x = 0x9e3779b97f4a7c15u; /* connections close in any order */
+    for (size_t i = l->n - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t j = x % (i + 1);
+        hwt_timeout *t = l->h[i];
+        l->h[i] = l->h[j];
+        l->h[j] = t;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        hwt_timeout_release(l->h[i]);
+    atomic_store(&l->released, true);
+    while (!atomic_load(&l->stop)) {
+        hwt_timeout *t;
+        if (hwt_new_timeout(l->timer, noop, NULL, 0, HWT_MILLISECONDS, &t) != 0 ||
+            !hwtt_wait_until(only_handles_hold(&t, 1), hwtt_slack_ms(5000))) {
+            atomic_fetch_add(&l->failures, 1);
+            break;
+        }
+        hwt_timeout_release(t);
+        hwtt_sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void test_a_thread_that_keeps_calling_gives_its_cache_back(void **state)
+{
+    (void)state;
+    enum { N = 600000 }; /* ~29 MB, in a dozen regions */
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    struct light_load l = {.timer = timer, .n = N, .h = calloc(N, sizeof(hwt_timeout *))};
+    assert_non_null(l.h);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, burst_then_light_load, &l), 0);
+    assert_true(hwtt_wait_until(atomic_load(&l.released), hwtt_slack_ms(30000)));
+    size_t at_release = hwt__pool_capacity(&timer->pool);
+    /* The reserve, a region, and the light load's region. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(5000));
+    size_t while_alive = hwt__pool_capacity(&timer->pool);
+    atomic_store(&l.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  %d released in random order: pool of %zu then, %zu while the thread keeps "
+                  "calling (bound %zu)\n",
+                  N, at_release, while_alive, bound);
+    assert_int_equal(atomic_load(&l.failures), 0);
+    free(l.h);
+    hwtt_destroy(timer);
+    assert_true(back);
+}
+
 /* A burst within the reserve keeps its memory (a load that goes up and
  * down does not map and unmap in a loop): the next burst reuses it. */
 static void test_small_bursts_keep_their_memory(void **state)
@@ -673,6 +807,9 @@ int main(void)
         cmocka_unit_test_teardown(test_the_workers_freed_timeouts_go_back, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_busy_depot_keeps_more, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_the_busy_allowance_goes_once_quiet, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_an_emptied_cache_keeps_its_timer_alive, hwtt_teardown_timers),
