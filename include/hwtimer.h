@@ -150,7 +150,8 @@ typedef struct hwt_stats {
     uint64_t cancelled;   /* successful cancels + timeouts dropped or handed back by stop */
     uint64_t rejected;    /* HWT_EREJECTED results */
     uint64_t ticks;       /* ticks elapsed since the worker started, skipped ones too,
-                             until it ended (a stop) */
+                             until it ended (a stop; for a timer inherited by a fork
+                             child, the fork) */
     uint64_t wakeups;     /* times the worker returned from sleep */
     uint64_t late_max_ns; /* worst (task start - max(deadline, time scheduled)) */
     HWT_EXTENSION union {

@@ -253,6 +253,7 @@ struct hwt_timer {
     bool spawned;              /* a worker was created and not joined yet */
     _Atomic bool worker_ready; /* start_ns is set; read by stats without the lock */
     _Atomic int64_t end_ns;    /* when the worker saw the stop (0: not yet): its last tick */
+    _Atomic uint64_t ticks_reported; /* the most hwt_timer_stats reported (timer.c) */
     bool stop_busy;            /* a stop is in progress: other stoppers wait for it */
     hwt_timer *worker_stopping; /* the timer this one's worker is stopping, from a
                                    callback (timer.c: stop cycles) */

@@ -40,6 +40,8 @@ typedef enum {
     HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
                                     ticks that ended), before the next slice */
     HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule counts in BUSY, before it writes its deadline */
+    HWT_STEP_STATS_CLOCK,        /* a stats read found the worker running, before it reads the
+                                    clock for the ticks */
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -126,12 +126,17 @@ static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool atfork_registered;
 static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_may_stop */
 
-static int64_t forked_at_ns; /* in a child: when it was forked */
+/* When the fork that began each generation happened, in this process and
+ * its ancestors (the array is inherited): a timer created in generation g
+ * lost its worker at the fork that began g + 1. Past the last slot, the
+ * latest fork. */
+#define FORK_TIMES 32
+static int64_t fork_ns[FORK_TIMES];
 
 static void after_fork_in_child(void)
 {
-    forked_at_ns = hwt__now_ns();
-    atomic_fetch_add(&hwt__fork_generation, 1);
+    unsigned generation = atomic_fetch_add(&hwt__fork_generation, 1) + 1;
+    fork_ns[generation < FORK_TIMES ? generation : FORK_TIMES - 1] = hwt__now_ns();
     atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
     hwt__arena_after_fork_in_child();
@@ -599,6 +604,32 @@ int64_t hwt_pending_timeouts(const hwt_timer *timer)
     return read_pending((hwt_timer *)timer);
 }
 
+/* The ticks from the worker's start until it ended, or until now. A read
+ * that found it running and read the clock after it ended counts past its
+ * end; the reads after it report as much (counters only grow). */
+static uint64_t ticks_elapsed(hwt_timer *timer)
+{
+    bool inherited = hwt__inherited(timer);
+    int64_t end = atomic_load(&timer->end_ns);
+    if (end == 0 && inherited) {
+        unsigned lost_at = timer->fork_generation + 1;
+        end = fork_ns[lost_at < FORK_TIMES ? lost_at : FORK_TIMES - 1];
+    }
+    if (end == 0) {
+        hwt__step_reached(HWT_STEP_STATS_CLOCK, timer);
+        end = hwt__now_ns();
+    }
+    int64_t elapsed = end - timer->start_ns;
+    uint64_t ticks = elapsed > 0 ? (uint64_t)(elapsed / timer->tick_ns) : 0;
+    uint64_t reported = atomic_load(&timer->ticks_reported);
+    /* Not written in a fork child: an inherited timer's memory is the
+     * parent's, left as it was. */
+    while (!inherited && ticks > reported &&
+           !atomic_compare_exchange_weak(&timer->ticks_reported, &reported, ticks)) {
+    }
+    return ticks > reported ? ticks : reported;
+}
+
 void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
 {
     if (ctimer == NULL || stats == NULL)
@@ -620,12 +651,6 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&
         timer->worker_ready) {
-        /* Until the worker ended (an inherited timer's, at the latest when
-         * this process was forked). */
-        int64_t end = atomic_load(&timer->end_ns);
-        if (end == 0)
-            end = hwt__inherited(timer) ? forked_at_ns : hwt__now_ns();
-        int64_t elapsed = end - timer->start_ns;
-        stats->ticks = elapsed > 0 ? (uint64_t)(elapsed / timer->tick_ns) : 0;
+        stats->ticks = ticks_elapsed(timer);
     }
 }

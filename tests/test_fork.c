@@ -143,6 +143,49 @@ static void test_child_sees_an_inherited_timer_stopped(void **state)
     hwtt_destroy(timer);
 }
 
+/* A fork inside a fork child: a timer inherited through both lost its
+ * worker at the first fork, and its ticks stand where they stood then, in
+ * the grandchild too. */
+static uint64_t ticks_of(hwt_timer *timer)
+{
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    return st.ticks;
+}
+
+struct ticks_in_child {
+    hwt_timer *timer;
+    uint64_t in_child;
+};
+
+static int grandchild_reads_ticks(void *p)
+{
+    struct ticks_in_child *c = p;
+    CHECK(1, ticks_of(c->timer) == c->in_child);
+    return 0;
+}
+
+static int child_forks_again(void *p)
+{
+    struct ticks_in_child *c = p;
+    c->in_child = ticks_of(c->timer);
+    hwtt_sleep_ms(20); /* 20 ticks pass here, with no worker for the timer */
+    CHECK(2, ticks_of(c->timer) == c->in_child);
+    int rc = in_child(grandchild_reads_ticks, c);
+    CHECK(3, rc != HWTT_CHILD_HUNG);
+    return rc;
+}
+
+static void test_ticks_stand_still_in_a_grandchild(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    assert_true(hwtt_wait_until(ticks_of(timer) >= 5, hwtt_slack_ms(2000)));
+    struct ticks_in_child c = {timer, 0};
+    assert_int_equal(in_child(child_forks_again, &c), 0);
+}
+
 /* A timer created but never started, inherited: stopped in the child too. */
 static int child_of_an_idle_timer(void *p)
 {
@@ -384,6 +427,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_child_sees_an_inherited_timer_stopped, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_child_warns_once_of_its_own, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_ticks_stand_still_in_a_grandchild, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_child_of_an_unstarted_timer, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_fork_from_a_task, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_child_forked_in_a_task_ends_as_the_task_returns,

@@ -325,6 +325,51 @@ static void test_destroy_during_a_threads_first_schedule_frees_nothing_under_it(
     destroy_during_a_first_schedule(true);
 }
 
+/* A stats read that found the worker running, paused before it reads the
+ * clock while the worker ends: its ticks count past the worker's end, and
+ * the reads after it must not report fewer (counters only grow). */
+struct ticks_read {
+    hwt_timer *timer;
+    uint64_t ticks;
+};
+
+static void *read_ticks(void *p)
+{
+    struct ticks_read *r = p;
+    hwt_stats st;
+    hwt_timer_stats(r->timer, &st);
+    r->ticks = st.ticks;
+    return NULL;
+}
+
+static uint64_t ticks_of(hwt_timer *timer)
+{
+    hwt_stats st;
+    hwt_timer_stats(timer, &st);
+    return st.ticks;
+}
+
+static void test_ticks_never_go_back_when_a_read_meets_the_stop(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer();
+    assert_int_equal(hwt_timer_start(timer), 0);
+    assert_true(hwtt_wait_until(ticks_of(timer) >= 5, hwtt_slack_ms(2000)));
+    arm(HWT_STEP_STATS_CLOCK, timer);
+    struct ticks_read r = {timer, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, read_ticks, &r), 0);
+    expect_reached(HWT_STEP_STATS_CLOCK);
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
+    hwtt_sleep_ms(5); /* ticks pass between the worker's end and the paused read's clock */
+    open_gate(HWT_STEP_STATS_CLOCK);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    uint64_t later = ticks_of(timer);
+    print_message("  ticks read across the stop: %llu; after it: %llu\n",
+                  (unsigned long long)r.ticks, (unsigned long long)later);
+    assert_true(later >= r.ticks);
+}
+
 /* A first schedule racing a stop, paused where it has seen the timer
  * started but not yet counted itself: the stop does not wait for it; it
  * then sees SHUTDOWN and fails, and the count read between its announce
@@ -1368,6 +1413,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_between_latch_and_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_stops_during_a_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_while_a_start_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ticks_never_go_back_when_a_read_meets_the_stop,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_during_the_first_schedule_frees_nothing_under_it,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
