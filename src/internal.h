@@ -360,6 +360,20 @@ void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Takes n references to the timer's memory. Any thread. */
+/* Wakes the worker (or has its next sleep return at once) so that it looks
+ * at the queues and the pool again and plans anew; once per plan: the first
+ * waker since it planned makes the system call, the others see `kicked`. */
+static inline void hwt__kick_worker(hwt_timer *timer)
+{
+    /* Read before the exchange: while the worker is already woken, threads
+     * kicking at once (cancellers, say) then share the line instead of
+     * taking it from each other. */
+    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
+        return;
+    atomic_fetch_add(&timer->wake_seq, 1);
+    hwt__wake(&timer->wake_seq);
+}
+
 static inline void hwt__timer_ref_n(hwt_timer *timer, size_t n)
 {
     atomic_fetch_add_explicit(&timer->refs, n, memory_order_relaxed);

@@ -65,8 +65,10 @@
  * keep_timeouts). A region kept so waits (IDLE) until a later give-back
  * finds the depot keeps enough without it, or a thread takes from it; the
  * worker makes such a give-back once the depot has been quiet for BUSY_NS
- * (it plans a wake-up for it). So once a burst is over, what stays mapped
- * is the reserve and at most a region more.
+ * (it plans a wake-up for it before it sleeps, and a thread that keeps a
+ * region for the allowance after that wakes it to plan again). So once a
+ * burst is over, what stays mapped is the reserve and at most a region
+ * more; once the timer is stopped (hwt__pool_close), nothing free.
  *
  * Why nothing touches a region after it is unmapped:
  *   - every timeout of it is free, so nothing refers to one as a timeout in
@@ -183,7 +185,7 @@ static size_t timeouts_in_region(size_t region_bytes)
 /* The coarse clock runs up to a scheduler tick behind: a trim planned for
  * BUSY_NS after the last take waits this much more, so that it finds the
  * depot quiet. */
-#define TRIM_SLACK_NS (10 * INT64_C(1000000))
+#define TRIM_SLACK_NS (25 * INT64_C(1000000)) /* a jiffy at HZ=100 is 10 ms */
 /* A thread that keeps calling gives back its freed timeouts about this
  * often (it looks at the clock every CACHE_CHECK_CALLS allocations and
  * frees): a thread that frees as much as it takes would otherwise keep the
@@ -257,19 +259,25 @@ static int64_t coarse_now_ns(void)
  * reserve. */
 static size_t keep_timeouts(const struct hwt__pool *pool)
 {
+    if (pool->closed)
+        return 0;
     if (coarse_now_ns() - pool->last_take_ns < BUSY_NS)
         return BUSY_KEEP_TIMEOUTS;
     return RESERVE_TIMEOUTS;
 }
 
 /* A region became entirely free: back to the system, or kept (IDLE) while
- * the depot keeps that much or a scan runs. */
+ * the depot keeps that much or a scan runs. One kept only for the busy
+ * allowance wants the worker to plan its trim (trim_wanted). */
 static void region_free(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
 {
-    if (pool->scans == 0 && pool->free - r->capacity >= keep_timeouts(pool))
+    if (pool->scans == 0 && pool->free - r->capacity >= keep_timeouts(pool)) {
         give_back(pool, r, gone);
-    else
-        list_add(pool, HWT_REGIONS_IDLE, r);
+        return;
+    }
+    list_add(pool, HWT_REGIONS_IDLE, r);
+    if (pool->scans == 0 && pool->free - r->capacity >= RESERVE_TIMEOUTS)
+        pool->trim_wanted = true;
 }
 
 /* Gives back the kept regions the depot need not keep any more. Cheap
@@ -279,7 +287,7 @@ static void trim_idle(struct hwt__pool *pool, struct hwt__region **gone)
 {
     const size_t region = timeouts_in_region(HWT_MAX_REGION_BYTES);
     if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 ||
-        pool->free < RESERVE_TIMEOUTS + region)
+        (!pool->closed && pool->free < RESERVE_TIMEOUTS + region))
         return;
     size_t keep = keep_timeouts(pool);
     if (pool->free < keep + region)
@@ -364,6 +372,18 @@ static void release_regions(struct hwt__region *gone)
     }
 }
 
+/* Under the lock, by a thread giving timeouts back: whether it kept a
+ * region for the busy allowance that the worker has not planned a trim
+ * for. The worker plans one each time it is about to sleep
+ * (hwt__pool_give_back_freed), so it is woken to plan again
+ * (kick_for_trim) - from a long sleep, which could last hours. */
+static bool trim_wanted_locked(hwt_timer *timer)
+{
+    bool wanted = timer->pool.trim_wanted && hwt__current_worker != timer;
+    timer->pool.trim_wanted = false; /* the worker plans before it sleeps */
+    return wanted;
+}
+
 /* Gives a magazine back to the depot, and drops its timeouts' references
  * to the timer (last: it may free the timer). */
 static void depot_put(hwt_timer *timer, struct mag m)
@@ -371,8 +391,11 @@ static void depot_put(hwt_timer *timer, struct mag m)
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&timer->pool.lock);
     put_mag_locked(&timer->pool, m, &gone);
+    bool kick = trim_wanted_locked(timer);
     pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
+    if (kick)
+        hwt__kick_worker(timer); /* before the unref: the timer is alive */
     hwt__timer_unref_n(timer, m.count);
 }
 
@@ -598,8 +621,11 @@ static void flush(struct thread_cache *c)
          r = r->links[HWT_REGIONS_TAILS].next)
         if (r->owner == c)
             r->owner = NULL;
+    bool kick = trim_wanted_locked(timer);
     pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
+    if (kick)
+        hwt__kick_worker(timer);
     memset(c, 0, sizeof *c);
     hwt__timer_unref_n(timer, returned + 1); /* + the binding's */
 }
@@ -668,10 +694,10 @@ static int bind(hwt_timer *timer)
  * as right after a trim_idle that found the depot quiet). */
 static int64_t next_trim_locked(const struct hwt__pool *pool)
 {
-    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 ||
+    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 || pool->closed ||
         pool->free < RESERVE_TIMEOUTS + timeouts_in_region(HWT_MAX_REGION_BYTES))
         return INT64_MAX;
-    return pool->last_take_ns + BUSY_NS + TRIM_SLACK_NS;
+    return hwt__sat_add(pool->last_take_ns, BUSY_NS + TRIM_SLACK_NS);
 }
 
 /* Gives the freed timeouts of the calling thread's cache (bound to
@@ -684,8 +710,11 @@ static int64_t give_back_cached(hwt_timer *timer, struct thread_cache *c)
     size_t returned = put_mags_locked(pool, c, &gone);
     trim_idle(pool, &gone);
     int64_t trim_at = next_trim_locked(pool);
+    bool kick = trim_wanted_locked(timer);
     pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
+    if (kick)
+        hwt__kick_worker(timer);
     hwt__timer_unref_n(timer, returned); /* never the last: the thread is bound */
     return trim_at;
 }
@@ -697,11 +726,22 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
         return give_back_cached(timer, c);
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&timer->pool.lock);
+    timer->pool.trim_wanted = false; /* the caller plans */
     trim_idle(&timer->pool, &gone);
     int64_t trim_at = next_trim_locked(&timer->pool);
     pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
     return trim_at;
+}
+
+void hwt__pool_close(hwt_timer *timer)
+{
+    struct hwt__region *gone = NULL;
+    pthread_mutex_lock(&timer->pool.lock);
+    timer->pool.closed = true;
+    trim_idle(&timer->pool, &gone);
+    pthread_mutex_unlock(&timer->pool.lock);
+    release_regions(gone);
 }
 
 /* Counts an allocation or free of the calling thread's cache; every

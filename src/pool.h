@@ -47,6 +47,8 @@ struct hwt__pool {
     size_t free;     /* of them in the depot (freed, or never handed out) */
     int64_t last_take_ns; /* when a thread last took timeouts (a coarse clock) */
     unsigned scans;       /* hwt__pool_for_each in progress: no region goes back */
+    bool trim_wanted; /* a region was kept for the busy allowance since the worker planned */
+    bool closed;      /* no thread will take timeouts any more: nothing is kept */
 };
 
 /* Header of a timeout chunk, at its aligned start. */
@@ -90,6 +92,11 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);
 size_t hwt__pool_capacity(struct hwt__pool *pool);
 void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeout *timeout),
                         void *ctx);
+
+/* The worker after its final drain: from now on no thread takes timeouts,
+ * so every region that is or becomes entirely free goes back at once (a
+ * stopped timer's memory is what its remaining handles hold). */
+void hwt__pool_close(hwt_timer *timer);
 
 /* Gives back what the calling thread caches for `timer` (before the creator's
  * reference is dropped, so the timer can be freed without waiting for it). */

@@ -52,19 +52,6 @@ static int reserve_pending(hwt_timer *timer, struct hwt__stripe *stripe)
     return 0;
 }
 
-/* Wakes the worker from its planned sleep, once per plan: the first waker
- * since it planned makes the system call, the others see `kicked`. */
-static void kick(hwt_timer *timer)
-{
-    /* Read before the exchange: while the worker is already woken, threads
-     * kicking at once (cancellers, say) then share the line instead of
-     * taking it from each other. */
-    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
-        return;
-    atomic_fetch_add(&timer->wake_seq, 1);
-    hwt__wake(&timer->wake_seq);
-}
-
 /* Lowers the stripe's queued_min to `deadline` if it is earlier (after the
  * push: see the worker's earliest_queued). */
 static void note_queued_deadline(struct hwt__stripe *stripe, int64_t deadline)
@@ -85,7 +72,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline, uint64_t pushes)
     if (hwt__current_worker == timer) /* it looks at the queues before sleeping */
         return;
     if (deadline < atomic_load(&timer->wake_before)) {
-        kick(timer);
+        hwt__kick_worker(timer);
         return;
     }
     if (pushes == 0 || (pushes & timer->backlog_check_mask) != 0)
@@ -93,7 +80,7 @@ static void maybe_wake_for(hwt_timer *timer, int64_t deadline, uint64_t pushes)
     uint64_t queued = hwt__queued_count(timer);
     if (queued >= timer->backlog_kick ||
         (queued >= timer->max_transfers && !atomic_load(&timer->cancel_watch)))
-        kick(timer);
+        hwt__kick_worker(timer);
 }
 
 /* Counts the call in its stripe's `started`. Sequentially consistent, as
@@ -206,7 +193,7 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
      * 100 ms); wake it only if it planned a longer sleep, and only once per
      * sleep. */
     if (hwt__current_worker != timer && !atomic_load(&timer->cancel_watch))
-        kick(timer);
+        hwt__kick_worker(timer);
     return true;
 }
 

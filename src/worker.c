@@ -661,7 +661,7 @@ static void run_loop(hwt_timer *timer)
             /* What this pass freed into our cache: back where producers
              * take from, and the regions it empties to the system (SPEC:
              * memory after a burst goes back within seconds). One lock per
-             * sleep, when there is any. */
+             * sleep. */
             int64_t trim_at = hwt__pool_give_back_freed(timer);
             int64_t until = plan.wake_at == INT64_MAX ? INT64_MAX
                                                       : hwt__sat_add(timer->start_ns, plan.wake_at);
@@ -850,6 +850,7 @@ void *hwt__worker_main(void *arg)
     run_loop(timer);
     atomic_store(&timer->end_ns, hwt__now_ns());
     final_drain(timer);
+    hwt__pool_close(timer);
     answer_stops(timer);
     return NULL;
 }

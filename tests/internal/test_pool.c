@@ -469,65 +469,82 @@ static void test_a_busy_depot_keeps_more(void **state)
     hwtt_destroy(timer);
 }
 
-/* The busy allowance lasts while threads take timeouts, not for good: the
- * regions a burst frees while another thread takes are kept (IDLE); with
- * nothing given back afterwards, the worker trims them once the depot has
- * been quiet for a while. */
-struct taker {
+/* The busy allowance lasts while threads take timeouts, not for good. A
+ * far timeout has the worker sleep long; a burst's timeouts are cancelled
+ * and let go of, and released in two halves: the first while the depot is
+ * quiet (those regions go back at once), the second right after a thread
+ * took timeouts for a far one (which wakes nobody): those are kept for the
+ * allowance, after the worker planned its sleep. It must be woken to trim
+ * them once the depot has been quiet for a while. */
+struct far_taker {
     hwt_timer *timer;
-    atomic_bool stop;
-    atomic_size_t taken;
-    atomic_int failures;
+    hwt_timeout *h;
+    int rc;
 };
 
-/* Another thread of the server, still scheduling (it takes from the
- * depot); it cancels each one at once, so that none is left to pin a
- * region once it stops. */
-static void *keep_taking(void *p)
+static void *take_once_far(void *p)
 {
-    struct taker *t = p;
-    while (!atomic_load(&t->stop)) {
-        hwt_timeout *h;
-        if (hwt_new_timeout(t->timer, noop, NULL, 1, HWT_HOURS, &h) != 0 ||
-            !hwt_timeout_cancel(h))
-            atomic_fetch_add(&t->failures, 1);
-        hwt_timeout_release(h);
-        atomic_fetch_add(&t->taken, 1);
-        hwtt_sleep_us(20);
-    }
-    return NULL; /* exits: its cache goes back */
+    struct far_taker *f = p;
+    /* A new thread: its empty cache takes from the depot. */
+    f->rc = hwt_new_timeout(f->timer, noop, NULL, 2, HWT_HOURS, &f->h);
+    return NULL;
 }
 
 static void test_the_busy_allowance_goes_once_quiet(void **state)
 {
     (void)state;
-    enum { N = 800000 }; /* ~38 MB: twice the allowance */
+    enum { N = 600000 }; /* ~29 MB */
     hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
     assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout *far;
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &far), 0);
     hwt_timeout **h = schedule_kept(timer, N);
     for (size_t i = 0; i < N; i++)
         assert_true(hwt_timeout_cancel(h[i]));
     assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
-    struct taker other = {.timer = timer};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, keep_taking, &other), 0);
-    assert_true(hwtt_wait_until(atomic_load(&other.taken) > 1000, hwtt_slack_ms(5000)));
-    for (size_t i = 0; i < N; i++) /* this thread never scheduled: straight to the depot */
+    int64_t minute = 60 * INT64_C(1000000000);
+    assert_true(hwtt_wait_until(atomic_load(&timer->wake_before) > hwt__rel_now(timer) + minute,
+                                hwtt_slack_ms(5000)));
+    hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
+    for (size_t i = 0; i < N / 2; i++)
         hwt_timeout_release(h[i]);
-    atomic_store(&other.stop, true);
+    struct far_taker f = {.timer = timer};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, take_once_far, &f), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(atomic_load(&other.failures), 0);
+    assert_int_equal(f.rc, 0);
+    for (size_t i = N / 2; i < N; i++)
+        hwt_timeout_release(h[i]);
     size_t at_end = hwt__pool_capacity(&timer->pool);
-    /* The reserve and a region. */
-    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
+    /* The reserve, a region, and the far timeouts' region. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
     bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
-    print_message("  %d freed while another thread took %zu: pool of %zu then, %zu once quiet "
-                  "(bound %zu)\n",
-                  N, atomic_load(&other.taken), at_end, hwt__pool_capacity(&timer->pool), bound);
+    print_message("  %d freed around a take: pool of %zu then, %zu once quiet (bound %zu)\n", N,
+                  at_end, hwt__pool_capacity(&timer->pool), bound);
+    hwt_timeout_release(f.h);
+    hwt_timeout_release(far);
     free(h);
     hwtt_destroy(timer);
-    assert_true(at_end > bound); /* the allowance was kept while busy */
     assert_true(back);
+}
+
+/* After a stop no thread takes timeouts: what the stop frees goes back
+ * then, busy allowance or not (threads scheduled up to the stop). */
+static void test_a_stopped_timer_keeps_no_allowance(void **state)
+{
+    (void)state;
+    enum { N = 400000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static hwtt_rec rec;
+    struct sched_job job = {timer, N, NULL, &rec, 0};
+    schedule_on_thread(&job);
+    set_last_take(timer, ALWAYS_NOW);
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  %d dropped by a stop while busy: pool of %zu after it\n", N, after);
+    hwtt_destroy(timer);
+    assert_true(after <= timeouts_in(HWT_MAX_REGION_BYTES));
 }
 
 /* A thread that released a burst's handles in random order caches its last
@@ -808,6 +825,7 @@ int main(void)
         cmocka_unit_test_teardown(test_a_busy_depot_keeps_more, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_the_busy_allowance_goes_once_quiet, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_stopped_timer_keeps_no_allowance, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
