@@ -252,8 +252,9 @@ struct hwt_timer {
     pthread_t thread;
     bool spawned;              /* a worker was created and not joined yet */
     _Atomic bool worker_ready; /* start_ns is set; read by stats without the lock */
-    _Atomic int64_t end_ns;    /* when the worker saw the stop (0: not yet): its last tick */
-    _Atomic uint64_t ticks_reported; /* the most hwt_timer_stats reported (timer.c) */
+    /* The most ticks hwt_timer_stats reported; once the worker has ended,
+     * HWT_TICKS_FINAL with its last count (timer.c, ticks_elapsed). */
+    _Atomic uint64_t ticks_reported;
     bool stop_busy;            /* a stop is in progress: other stoppers wait for it */
     hwt_timer *worker_stopping; /* the timer this one's worker is stopping, from a
                                    callback (timer.c: stop cycles) */
@@ -360,6 +361,15 @@ void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Takes n references to the timer's memory. Any thread. */
+#define HWT_TICKS_FINAL (UINT64_C(1) << 63)
+
+/* Ticks from the worker's start to `at` (CLOCK_MONOTONIC ns). */
+static inline uint64_t hwt__ticks_at(const hwt_timer *timer, int64_t at)
+{
+    int64_t elapsed = at - timer->start_ns;
+    return elapsed > 0 ? (uint64_t)(elapsed / timer->tick_ns) : 0;
+}
+
 /* Wakes the worker (or has its next sleep return at once) so that it looks
  * at the queues and the pool again and plans anew; once per plan: the first
  * waker since it planned makes the system call, the others see `kicked`. */

@@ -128,9 +128,9 @@ static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_
 
 /* When the fork that began each generation happened, in this process and
  * its ancestors (the array is inherited): a timer created in generation g
- * lost its worker at the fork that began g + 1. Past the last slot, the
- * latest fork. */
-#define FORK_TIMES 32
+ * lost its worker at the fork that began g + 1. Past the last slot (forks
+ * nested 255 deep), the latest fork. */
+#define FORK_TIMES 256
 static int64_t fork_ns[FORK_TIMES];
 
 static void after_fork_in_child(void)
@@ -604,29 +604,30 @@ int64_t hwt_pending_timeouts(const hwt_timer *timer)
     return read_pending((hwt_timer *)timer);
 }
 
-/* The ticks from the worker's start until it ended, or until now. A read
- * that found it running and read the clock after it ended counts past its
- * end; the reads after it report as much (counters only grow). */
+/* The ticks from the worker's start until it ended, or until now. Reads
+ * never go back: each raises ticks_reported to what it reports, and the
+ * worker, as it ends, marks the word final with its last count (or more,
+ * if a read got further), after which every read reports that. */
 static uint64_t ticks_elapsed(hwt_timer *timer)
 {
-    bool inherited = hwt__inherited(timer);
-    int64_t end = atomic_load(&timer->end_ns);
-    if (end == 0 && inherited) {
-        unsigned lost_at = timer->fork_generation + 1;
-        end = fork_ns[lost_at < FORK_TIMES ? lost_at : FORK_TIMES - 1];
-    }
-    if (end == 0) {
-        hwt__step_reached(HWT_STEP_STATS_CLOCK, timer);
-        end = hwt__now_ns();
-    }
-    int64_t elapsed = end - timer->start_ns;
-    uint64_t ticks = elapsed > 0 ? (uint64_t)(elapsed / timer->tick_ns) : 0;
     uint64_t reported = atomic_load(&timer->ticks_reported);
-    /* Not written in a fork child: an inherited timer's memory is the
-     * parent's, left as it was. */
-    while (!inherited && ticks > reported &&
+    if (reported & HWT_TICKS_FINAL)
+        return reported & ~HWT_TICKS_FINAL;
+    if (hwt__inherited(timer)) {
+        /* Its worker ended at the fork that began the generation after
+         * its own; its memory is the parent's, and is not written. */
+        unsigned lost_at = timer->fork_generation + 1;
+        int64_t end = fork_ns[lost_at < FORK_TIMES ? lost_at : FORK_TIMES - 1];
+        uint64_t ticks = hwt__ticks_at(timer, end);
+        return ticks > reported ? ticks : reported;
+    }
+    hwt__step_reached(HWT_STEP_STATS_CLOCK, timer);
+    uint64_t ticks = hwt__ticks_at(timer, hwt__now_ns());
+    while (!(reported & HWT_TICKS_FINAL) && ticks > reported &&
            !atomic_compare_exchange_weak(&timer->ticks_reported, &reported, ticks)) {
     }
+    if (reported & HWT_TICKS_FINAL)
+        return reported & ~HWT_TICKS_FINAL;
     return ticks > reported ? ticks : reported;
 }
 

@@ -817,6 +817,18 @@ static void answer_stops(hwt_timer *timer)
     pthread_mutex_unlock(&timer->lifecycle_lock);
 }
 
+/* The worker's last tick, as hwt_timer_stats reports it from now on: the
+ * most reported so far, or more, marked final in the same word, so that no
+ * read that found the worker running counts past it afterwards. */
+static void note_last_tick(hwt_timer *timer)
+{
+    uint64_t last = hwt__ticks_at(timer, hwt__now_ns());
+    uint64_t reported = atomic_load(&timer->ticks_reported);
+    while (!atomic_compare_exchange_weak(&timer->ticks_reported, &reported,
+                                         (reported > last ? reported : last) | HWT_TICKS_FINAL)) {
+    }
+}
+
 void *hwt__worker_main(void *arg)
 {
     hwt_timer *timer = arg;
@@ -848,7 +860,7 @@ void *hwt__worker_main(void *arg)
     }
 
     run_loop(timer);
-    atomic_store(&timer->end_ns, hwt__now_ns());
+    note_last_tick(timer);
     final_drain(timer);
     hwt__pool_close(timer);
     answer_stops(timer);

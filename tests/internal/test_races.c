@@ -326,8 +326,10 @@ static void test_destroy_during_a_threads_first_schedule_frees_nothing_under_it(
 }
 
 /* A stats read that found the worker running, paused before it reads the
- * clock while the worker ends: its ticks count past the worker's end, and
- * the reads after it must not report fewer (counters only grow). */
+ * clock while the worker ends: its clock is past the worker's end. Reads
+ * never go back (counters only grow), and after the stop returned they
+ * stand still (ticks count until the worker ended): the paused read, let
+ * go later, reports the worker's last tick too. */
 struct ticks_read {
     hwt_timer *timer;
     uint64_t ticks;
@@ -361,13 +363,16 @@ static void test_ticks_never_go_back_when_a_read_meets_the_stop(void **state)
     assert_int_equal(pthread_create(&th, NULL, read_ticks, &r), 0);
     expect_reached(HWT_STEP_STATS_CLOCK);
     assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
-    hwtt_sleep_ms(5); /* ticks pass between the worker's end and the paused read's clock */
+    uint64_t after_stop = ticks_of(timer);
+    hwtt_sleep_ms(10); /* ticks pass between the worker's end and the paused read's clock */
     open_gate(HWT_STEP_STATS_CLOCK);
     assert_int_equal(pthread_join(th, NULL), 0);
     uint64_t later = ticks_of(timer);
-    print_message("  ticks read across the stop: %llu; after it: %llu\n",
-                  (unsigned long long)r.ticks, (unsigned long long)later);
-    assert_true(later >= r.ticks);
+    print_message("  ticks after the stop: %llu; read across it: %llu; later: %llu\n",
+                  (unsigned long long)after_stop, (unsigned long long)r.ticks,
+                  (unsigned long long)later);
+    assert_int_equal(r.ticks, after_stop);
+    assert_int_equal(later, after_stop);
 }
 
 /* A first schedule racing a stop, paused where it has seen the timer
