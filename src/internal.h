@@ -360,7 +360,6 @@ static inline void hwt__end_forked_worker(const hwt_timer *timer)
 void hwt__log(const hwt_timer *timer, hwt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Takes n references to the timer's memory. Any thread. */
 #define HWT_TICKS_FINAL (UINT64_C(1) << 63)
 
 /* Ticks from the worker's start to `at` (CLOCK_MONOTONIC ns). */
@@ -384,6 +383,7 @@ static inline void hwt__kick_worker(hwt_timer *timer)
     hwt__wake(&timer->wake_seq);
 }
 
+/* Takes n references to the timer's memory. Any thread. */
 static inline void hwt__timer_ref_n(hwt_timer *timer, size_t n)
 {
     atomic_fetch_add_explicit(&timer->refs, n, memory_order_relaxed);

@@ -267,8 +267,7 @@ static size_t keep_timeouts(const struct hwt__pool *pool)
 }
 
 /* A region became entirely free: back to the system, or kept (IDLE) while
- * the depot keeps that much or a scan runs. One kept only for the busy
- * allowance wants the worker to plan its trim (trim_wanted). */
+ * the depot keeps that much or a scan runs. */
 static void region_free(struct hwt__pool *pool, struct hwt__region *r, struct hwt__region **gone)
 {
     if (pool->scans == 0 && pool->free - r->capacity >= keep_timeouts(pool)) {
@@ -276,8 +275,6 @@ static void region_free(struct hwt__pool *pool, struct hwt__region *r, struct hw
         return;
     }
     list_add(pool, HWT_REGIONS_IDLE, r);
-    if (pool->scans == 0 && pool->free - r->capacity >= RESERVE_TIMEOUTS)
-        pool->trim_wanted = true;
 }
 
 /* Gives back the kept regions the depot need not keep any more. Cheap
@@ -290,7 +287,7 @@ static void trim_idle(struct hwt__pool *pool, struct hwt__region **gone)
         (!pool->closed && pool->free < RESERVE_TIMEOUTS + region))
         return;
     size_t keep = keep_timeouts(pool);
-    if (pool->free < keep + region)
+    if (!pool->closed && pool->free < keep + region)
         return;
     for (struct hwt__region *r = pool->regions[HWT_REGIONS_IDLE]; r != NULL;) {
         struct hwt__region *next = r->links[HWT_REGIONS_IDLE].next;
@@ -298,6 +295,17 @@ static void trim_idle(struct hwt__pool *pool, struct hwt__region **gone)
             give_back(pool, r, gone);
         r = next;
     }
+}
+
+/* When a trim would give back regions kept only for the busy allowance:
+ * once the depot has been quiet for BUSY_NS (INT64_MAX: nothing to trim,
+ * as right after a trim_idle that found the depot quiet). */
+static int64_t next_trim_locked(const struct hwt__pool *pool)
+{
+    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 || pool->closed ||
+        pool->free < RESERVE_TIMEOUTS + timeouts_in_region(HWT_MAX_REGION_BYTES))
+        return INT64_MAX;
+    return hwt__sat_add(pool->last_take_ns, BUSY_NS + TRIM_SLACK_NS);
 }
 
 /* Takes back a chain of freed timeouts, each into its own region. */
@@ -372,16 +380,19 @@ static void release_regions(struct hwt__region *gone)
     }
 }
 
-/* Under the lock, by a thread giving timeouts back: whether it kept a
- * region for the busy allowance that the worker has not planned a trim
- * for. The worker plans one each time it is about to sleep
- * (hwt__pool_give_back_freed), so it is woken to plan again
- * (kick_for_trim) - from a long sleep, which could last hours. */
+/* Under the lock, by a thread giving timeouts back: whether the worker
+ * must be woken to plan a trim (kick it then). It plans one each time it is
+ * about to sleep (hwt__pool_give_back_freed); trim_wanted says it has one
+ * planned, or has been kicked for one. A give-back after its plan can leave
+ * the depot with regions to trim that it did not plan for - and it may
+ * sleep for hours. */
 static bool trim_wanted_locked(hwt_timer *timer)
 {
-    bool wanted = timer->pool.trim_wanted && hwt__current_worker != timer;
-    timer->pool.trim_wanted = false; /* the worker plans before it sleeps */
-    return wanted;
+    struct hwt__pool *pool = &timer->pool;
+    if (hwt__current_worker == timer || pool->trim_wanted || next_trim_locked(pool) == INT64_MAX)
+        return false;
+    pool->trim_wanted = true;
+    return true;
 }
 
 /* Gives a magazine back to the depot, and drops its timeouts' references
@@ -689,17 +700,6 @@ static int bind(hwt_timer *timer)
     return 0;
 }
 
-/* When a trim would give back regions kept only for the busy allowance:
- * once the depot has been quiet for BUSY_NS (INT64_MAX: nothing to trim,
- * as right after a trim_idle that found the depot quiet). */
-static int64_t next_trim_locked(const struct hwt__pool *pool)
-{
-    if (pool->regions[HWT_REGIONS_IDLE] == NULL || pool->scans > 0 || pool->closed ||
-        pool->free < RESERVE_TIMEOUTS + timeouts_in_region(HWT_MAX_REGION_BYTES))
-        return INT64_MAX;
-    return hwt__sat_add(pool->last_take_ns, BUSY_NS + TRIM_SLACK_NS);
-}
-
 /* Gives the freed timeouts of the calling thread's cache (bound to
  * `timer`) back to the depot, trims it, and returns next_trim_locked. */
 static int64_t give_back_cached(hwt_timer *timer, struct thread_cache *c)
@@ -710,6 +710,8 @@ static int64_t give_back_cached(hwt_timer *timer, struct thread_cache *c)
     size_t returned = put_mags_locked(pool, c, &gone);
     trim_idle(pool, &gone);
     int64_t trim_at = next_trim_locked(pool);
+    if (hwt__current_worker == timer)
+        pool->trim_wanted = trim_at != INT64_MAX; /* it plans for it */
     bool kick = trim_wanted_locked(timer);
     pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
@@ -726,9 +728,9 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
         return give_back_cached(timer, c);
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&timer->pool.lock);
-    timer->pool.trim_wanted = false; /* the caller plans */
     trim_idle(&timer->pool, &gone);
     int64_t trim_at = next_trim_locked(&timer->pool);
+    timer->pool.trim_wanted = trim_at != INT64_MAX; /* the caller plans for it */
     pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
     return trim_at;

@@ -47,7 +47,7 @@ struct hwt__pool {
     size_t free;     /* of them in the depot (freed, or never handed out) */
     int64_t last_take_ns; /* when a thread last took timeouts (a coarse clock) */
     unsigned scans;       /* hwt__pool_for_each in progress: no region goes back */
-    bool trim_wanted; /* a region was kept for the busy allowance since the worker planned */
+    bool trim_wanted; /* the worker planned a trim, or was woken to plan one (pool.c) */
     bool closed;      /* no thread will take timeouts any more: nothing is kept */
 };
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "helpers.h"
 #include "internal.h"
@@ -544,7 +545,98 @@ static void test_a_stopped_timer_keeps_no_allowance(void **state)
     size_t after = hwt__pool_capacity(&timer->pool);
     print_message("  %d dropped by a stop while busy: pool of %zu after it\n", N, after);
     hwtt_destroy(timer);
-    assert_true(after <= timeouts_in(HWT_MAX_REGION_BYTES));
+    assert_int_equal(after, 0);
+}
+
+/* The depot's free count can pass the reserve and a region without any
+ * region becoming entirely free (half of each region's timeouts freed):
+ * the regions kept while it held less than the reserve are then the busy
+ * allowance's, which the worker did not plan a trim for. It is woken to
+ * plan one, and trims them once the depot is quiet. */
+static bool idle_beyond_reserve(hwt_timer *timer)
+{
+    size_t region = timeouts_in(HWT_MAX_REGION_BYTES);
+    pthread_mutex_lock(&timer->pool.lock);
+    bool beyond = timer->pool.regions[HWT_REGIONS_IDLE] != NULL &&
+                  timer->pool.free >= timeouts_in(HWT_POOL_RESERVE_BYTES) + region;
+    pthread_mutex_unlock(&timer->pool.lock);
+    return beyond;
+}
+
+static int64_t coarse_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
+{
+    (void)state;
+    enum { N = 600000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout *far;
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &far), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    int64_t minute = 60 * INT64_C(1000000000);
+    assert_true(hwtt_wait_until(atomic_load(&timer->wake_before) > hwt__rel_now(timer) + minute,
+                                hwtt_slack_ms(5000)));
+    hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
+    /* Quiet: the first regions go entirely free while the depot holds less
+     * than the reserve, and are kept for it. */
+    set_last_take(timer, LONG_AGO);
+    size_t first = timeouts_in(HWT_POOL_RESERVE_BYTES);
+    for (size_t i = 0; i < first; i++)
+        hwt_timeout_release(h[i]);
+    /* Busy (threads take about now), and every other timeout of the rest
+     * freed: no region entirely free, the free count far past the reserve. */
+    for (size_t i = first; i < N; i += 2) {
+        if ((i - first) % 2048 == 0)
+            set_last_take(timer, coarse_now());
+        hwt_timeout_release(h[i]);
+    }
+    struct far_taker f = {.timer = timer}; /* a real take, then quiet */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, take_once_far, &f), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(f.rc, 0);
+    bool trimmed = hwtt_wait_until(!idle_beyond_reserve(timer), hwtt_slack_ms(3000));
+    print_message("  after the depot went quiet: pool of %zu, regions beyond the reserve %s\n",
+                  hwt__pool_capacity(&timer->pool), trimmed ? "trimmed" : "kept");
+    for (size_t i = first + 1; i < N; i += 2)
+        hwt_timeout_release(h[i]);
+    hwt_timeout_release(f.h);
+    hwt_timeout_release(far);
+    free(h);
+    hwtt_destroy(timer);
+    assert_true(trimmed);
+}
+
+/* Small regions kept for the reserve before a stop go at the stop too. */
+static void test_a_stopped_small_pool_keeps_nothing_free(void **state)
+{
+    (void)state;
+    enum { N = 2000 }; /* regions of 1, 2 and 4 chunks */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < N; i++) /* this thread never scheduled: straight to the depot */
+        hwt_timeout_release(h[i]);
+    size_t before = hwt__pool_capacity(&timer->pool);
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
+    size_t after = hwt__pool_capacity(&timer->pool);
+    print_message("  %d free before the stop: pool of %zu, %zu after it\n", N, before, after);
+    free(h);
+    hwtt_destroy(timer);
+    assert_true(before > 0);
+    assert_int_equal(after, 0);
 }
 
 /* A thread that released a burst's handles in random order caches its last
@@ -826,6 +918,10 @@ int main(void)
         cmocka_unit_test_teardown(test_small_bursts_keep_their_memory, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_the_busy_allowance_goes_once_quiet, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_stopped_timer_keeps_no_allowance, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_regions_kept_for_the_reserve_go_once_quiet,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_stopped_small_pool_keeps_nothing_free,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
