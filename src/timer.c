@@ -128,15 +128,25 @@ static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_
 
 /* When the fork that began each generation happened, in this process and
  * its ancestors (the array is inherited): a timer created in generation g
- * lost its worker at the fork that began g + 1. Past the last slot (forks
- * nested 255 deep), the latest fork. */
-#define FORK_TIMES 256
+ * lost its worker at the fork that began g + 1, and its ticks stop there.
+ * The time is read in the parent, before the fork (under the arena's lock,
+ * which keeps forks of one process apart): read in the child, it could be
+ * later than a stop the parent made meanwhile. Past the last slot (forks
+ * nested 4095 deep, untouched pages otherwise), the latest fork. */
+#define FORK_TIMES 4096
 static int64_t fork_ns[FORK_TIMES];
+static int64_t fork_prepared_ns;
+
+static void before_fork(void)
+{
+    hwt__arena_before_fork();
+    fork_prepared_ns = hwt__now_ns();
+}
 
 static void after_fork_in_child(void)
 {
     unsigned generation = atomic_fetch_add(&hwt__fork_generation, 1) + 1;
-    fork_ns[generation < FORK_TIMES ? generation : FORK_TIMES - 1] = hwt__now_ns();
+    fork_ns[generation < FORK_TIMES ? generation : FORK_TIMES - 1] = fork_prepared_ns;
     atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
     hwt__arena_after_fork_in_child();
@@ -151,8 +161,7 @@ static int register_atfork(void)
     int err = 0;
     pthread_mutex_lock(&atfork_lock);
     if (!atfork_registered) {
-        err = pthread_atfork(hwt__arena_before_fork, hwt__arena_after_fork_in_parent,
-                             after_fork_in_child);
+        err = pthread_atfork(before_fork, hwt__arena_after_fork_in_parent, after_fork_in_child);
         atfork_registered = err == 0;
     }
     pthread_mutex_unlock(&atfork_lock);
