@@ -181,7 +181,12 @@ static size_t timeouts_in_region(size_t region_bytes)
 
 #define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
 #define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
-#define BUSY_NS (50 * INT64_C(1000000)) /* a thread took timeouts this recently */
+#define BUSY_NS (50 * INT64_C(1000000)) /* threads drew on the depot this recently */
+/* Takes in a BUSY_NS window that make the depot busy: a churn makes
+ * hundreds; a light load (a few timeouts a tick, a thread's give-back and
+ * refill once a second, the worker's before each sleep) a few, and keeps
+ * nothing beyond the reserve. */
+#define BUSY_TAKES 16
 /* The coarse clock runs up to a scheduler tick behind: a trim planned for
  * BUSY_NS after the last take waits this much more, so that it finds the
  * depot quiet. */
@@ -249,8 +254,9 @@ static int64_t coarse_now_ns(void)
 }
 
 /* How many free timeouts the depot keeps: the reserve, or more while
- * threads are taking timeouts. In a churn (threads scheduling while the
- * worker frees, in batches, what they cancelled) regions that become free
+ * threads are taking timeouts at a churn's pace (note_take). In a churn
+ * (threads scheduling while the worker frees, in batches, what they
+ * cancelled) regions that become free
  * are needed again within moments, and a page given back and taken again
  * costs a fault and, in VMs, a trap to the host (a churn that gave regions
  * back at once took 1.4x the CPU). The busy allowance is bounded, so that a
@@ -428,13 +434,26 @@ struct take {
     unsigned fresh_chunk;
 };
 
+/* Counts a take in the current BUSY_NS window; enough of them make the
+ * depot busy (last_take_ns). */
+static void note_take(struct hwt__pool *pool)
+{
+    int64_t now = coarse_now_ns();
+    if (now - pool->take_window_ns >= BUSY_NS) {
+        pool->take_window_ns = now;
+        pool->window_takes = 0;
+    }
+    if (++pool->window_takes >= BUSY_TAKES)
+        pool->last_take_ns = now;
+}
+
 /* A magazine, else a never-used chunk of a region that `c` owns or nobody
  * does (or anybody, with any_owner); count 0 if the depot has neither. */
 static struct take take_locked(struct hwt__pool *pool, const struct thread_cache *c,
                                bool any_owner)
 {
     struct take got = {{NULL, 0, NULL}, NULL, 0};
-    pool->last_take_ns = coarse_now_ns();
+    note_take(pool);
     struct hwt__region *r = pool->regions[HWT_REGIONS_RECYCLED];
     if (r != NULL) {
         list_remove(pool, HWT_REGIONS_IDLE, r);

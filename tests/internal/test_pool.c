@@ -470,6 +470,8 @@ static void test_a_busy_depot_keeps_more(void **state)
     hwtt_destroy(timer);
 }
 
+#define FAR_TAKES 8192
+
 /* The busy allowance lasts while threads take timeouts, not for good. A
  * far timeout has the worker sleep long; a burst's timeouts are cancelled
  * and let go of, and released in two halves: the first while the depot is
@@ -479,16 +481,25 @@ static void test_a_busy_depot_keeps_more(void **state)
  * them once the depot has been quiet for a while. */
 struct far_taker {
     hwt_timer *timer;
-    hwt_timeout *h;
-    int rc;
+    hwt_timeout *h[FAR_TAKES];
+    int failures;
 };
 
-static void *take_once_far(void *p)
+/* A new thread, whose empty cache takes from the depot: at a churn's pace
+ * (some hundred takes of a magazine), for far timeouts that wake nobody. */
+static void *take_far(void *p)
 {
     struct far_taker *f = p;
-    /* A new thread: its empty cache takes from the depot. */
-    f->rc = hwt_new_timeout(f->timer, noop, NULL, 2, HWT_HOURS, &f->h);
+    for (size_t i = 0; i < FAR_TAKES; i++)
+        if (hwt_new_timeout(f->timer, noop, NULL, 2, HWT_HOURS, &f->h[i]) != 0)
+            f->failures++;
     return NULL;
+}
+
+static void release_far(struct far_taker *f)
+{
+    for (size_t i = 0; i < FAR_TAKES; i++)
+        hwt_timeout_release(f->h[i]);
 }
 
 static void test_the_busy_allowance_goes_once_quiet(void **state)
@@ -509,11 +520,12 @@ static void test_the_busy_allowance_goes_once_quiet(void **state)
     hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
     for (size_t i = 0; i < N / 2; i++)
         hwt_timeout_release(h[i]);
-    struct far_taker f = {.timer = timer};
+    static struct far_taker f;
+    f = (struct far_taker){.timer = timer};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, take_once_far, &f), 0);
+    assert_int_equal(pthread_create(&th, NULL, take_far, &f), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(f.rc, 0);
+    assert_int_equal(f.failures, 0);
     for (size_t i = N / 2; i < N; i++)
         hwt_timeout_release(h[i]);
     size_t at_end = hwt__pool_capacity(&timer->pool);
@@ -522,7 +534,7 @@ static void test_the_busy_allowance_goes_once_quiet(void **state)
     bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
     print_message("  %d freed around a take: pool of %zu then, %zu once quiet (bound %zu)\n", N,
                   at_end, hwt__pool_capacity(&timer->pool), bound);
-    hwt_timeout_release(f.h);
+    release_far(&f);
     hwt_timeout_release(far);
     free(h);
     hwtt_destroy(timer);
@@ -599,21 +611,75 @@ static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
             set_last_take(timer, coarse_now());
         hwt_timeout_release(h[i]);
     }
-    struct far_taker f = {.timer = timer}; /* a real take, then quiet */
+    static struct far_taker f; /* real takes, then quiet */
+    f = (struct far_taker){.timer = timer};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, take_once_far, &f), 0);
+    assert_int_equal(pthread_create(&th, NULL, take_far, &f), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(f.rc, 0);
+    assert_int_equal(f.failures, 0);
     bool trimmed = hwtt_wait_until(!idle_beyond_reserve(timer), hwtt_slack_ms(3000));
     print_message("  after the depot went quiet: pool of %zu, regions beyond the reserve %s\n",
                   hwt__pool_capacity(&timer->pool), trimmed ? "trimmed" : "kept");
     for (size_t i = first + 1; i < N; i += 2)
         hwt_timeout_release(h[i]);
-    hwt_timeout_release(f.h);
+    release_far(&f);
     hwt_timeout_release(far);
     free(h);
     hwtt_destroy(timer);
     assert_true(trimmed);
+}
+
+/* A light load after a burst (a task that schedules the next one every
+ * 10 ms) takes from the depot now and then - the worker gives its freed
+ * timeouts back before each sleep, and the next schedule refills - but at
+ * no churn's pace: the allowance goes. */
+struct periodic {
+    hwt_timer *timer;
+    atomic_bool stop;
+    atomic_int runs, failures;
+};
+
+static void periodic_task(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct periodic *p = arg;
+    atomic_fetch_add(&p->runs, 1);
+    if (!atomic_load(&p->stop) &&
+        hwt_new_timeout(p->timer, periodic_task, p, 10, HWT_MILLISECONDS, NULL) != 0)
+        atomic_fetch_add(&p->failures, 1);
+}
+
+static void test_a_light_load_keeps_no_allowance(void **state)
+{
+    (void)state;
+    enum { N = 600000 };
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = schedule_kept(timer, N);
+    for (size_t i = 0; i < N; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < N; i++) { /* the burst ends while threads still take */
+        if (i % 2048 == 0)
+            set_last_take(timer, coarse_now());
+        hwt_timeout_release(h[i]);
+    }
+    struct periodic p = {.timer = timer};
+    assert_int_equal(hwt_new_timeout(timer, periodic_task, &p, 10, HWT_MILLISECONDS, NULL), 0);
+    size_t at_end = hwt__pool_capacity(&timer->pool);
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
+    size_t with_load = hwt__pool_capacity(&timer->pool);
+    atomic_store(&p.stop, true);
+    int runs_at_stop = atomic_load(&p.runs);
+    assert_true(hwtt_wait_until(atomic_load(&p.runs) > runs_at_stop, hwtt_slack_ms(5000)));
+    print_message("  %d freed: pool of %zu then, %zu under a 10 ms periodic task (%d runs, "
+                  "bound %zu)\n",
+                  N, at_end, with_load, runs_at_stop, bound);
+    free(h);
+    hwtt_destroy(timer);
+    assert_int_equal(atomic_load(&p.failures), 0);
+    assert_true(back);
 }
 
 /* Small regions kept for the reserve before a stop go at the stop too. */
@@ -922,6 +988,7 @@ int main(void)
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_stopped_small_pool_keeps_nothing_free,
                                   hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_light_load_keeps_no_allowance, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
