@@ -150,6 +150,7 @@ struct thread_cache {
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
     unsigned calls_to_check; /* allocations and frees until it looks at the clock */
+    size_t allocated;        /* since it last took from the depot (note_take) */
     int64_t given_back_ns;   /* when it last gave its freed timeouts back (coarse) */
 };
 
@@ -182,11 +183,13 @@ static size_t timeouts_in_region(size_t region_bytes)
 #define RESERVE_TIMEOUTS timeouts_in_region(RESERVE_BYTES)
 #define BUSY_KEEP_TIMEOUTS timeouts_in_region(HWT_POOL_BUSY_KEEP_BYTES)
 #define BUSY_NS (50 * INT64_C(1000000)) /* threads drew on the depot this recently */
-/* Takes in a BUSY_NS window that make the depot busy: a churn makes
- * hundreds; a light load (a few timeouts a tick, a thread's give-back and
- * refill once a second, the worker's before each sleep) a few, and keeps
- * nothing beyond the reserve. */
-#define BUSY_TAKES 16
+/* Timeouts allocated in a BUSY_NS window (counted as the caches that
+ * allocated them take from the depot again) that make the depot busy: a
+ * churn allocates thousands. A light load allocates a few, however often
+ * its caches go back and forth - the worker gives its cache back before
+ * each sleep, a thread when it turns to another timer or once a second -
+ * and keeps nothing beyond the reserve. */
+#define BUSY_ALLOCATED (16 * MAG_SIZE)
 /* The coarse clock runs up to a scheduler tick behind: a trim planned for
  * BUSY_NS after the last take waits this much more, so that it finds the
  * depot quiet. */
@@ -434,16 +437,18 @@ struct take {
     unsigned fresh_chunk;
 };
 
-/* Counts a take in the current BUSY_NS window; enough of them make the
- * depot busy (last_take_ns). */
-static void note_take(struct hwt__pool *pool)
+/* Counts, as a cache takes from the depot, the timeouts it allocated since
+ * its last take in the current BUSY_NS window; enough make the depot busy
+ * (last_take_ns). */
+static void note_take(struct hwt__pool *pool, size_t allocated)
 {
     int64_t now = coarse_now_ns();
     if (now - pool->take_window_ns >= BUSY_NS) {
         pool->take_window_ns = now;
-        pool->window_takes = 0;
+        pool->window_allocated = 0;
     }
-    if (++pool->window_takes >= BUSY_TAKES)
+    pool->window_allocated += allocated;
+    if (pool->window_allocated >= BUSY_ALLOCATED)
         pool->last_take_ns = now;
 }
 
@@ -453,7 +458,6 @@ static struct take take_locked(struct hwt__pool *pool, const struct thread_cache
                                bool any_owner)
 {
     struct take got = {{NULL, 0, NULL}, NULL, 0};
-    note_take(pool);
     struct hwt__region *r = pool->regions[HWT_REGIONS_RECYCLED];
     if (r != NULL) {
         list_remove(pool, HWT_REGIONS_IDLE, r);
@@ -821,8 +825,10 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 {
     struct take got;
     pthread_mutex_lock(&timer->pool.lock);
+    note_take(&timer->pool, c->allocated);
     got = take_locked(&timer->pool, c, false);
     pthread_mutex_unlock(&timer->pool.lock);
+    c->allocated = 0;
     if (got.mag.count == 0 && !grow(timer, c, &got)) {
         /* No new region: another thread's never-used chunks, which are
          * kept for it only so that a thread's timeouts share regions. */
@@ -871,6 +877,7 @@ int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key)
         c->fresh_count--;
     }
     memset(t, 0, sizeof *t);
+    c->allocated++;
     *out = t;
     return 0;
 }

@@ -351,6 +351,14 @@ static void set_last_take(hwt_timer *timer, int64_t ns)
     timer->pool.last_take_ns = ns;
     pthread_mutex_unlock(&timer->pool.lock);
 }
+/* The coarse clock the depot reads, for set_last_take. */
+static int64_t coarse_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 #define LONG_AGO 0
 #define ALWAYS_NOW (INT64_MAX / 2)
 
@@ -526,11 +534,15 @@ static void test_the_busy_allowance_goes_once_quiet(void **state)
     assert_int_equal(pthread_create(&th, NULL, take_far, &f), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(f.failures, 0);
-    for (size_t i = N / 2; i < N; i++)
+    for (size_t i = N / 2; i < N; i++) { /* threads still take (however slow this is) */
+        if ((i - N / 2) % 2048 == 0)
+            set_last_take(timer, coarse_now());
         hwt_timeout_release(h[i]);
+    }
     size_t at_end = hwt__pool_capacity(&timer->pool);
     /* The reserve, a region, and the far timeouts' region. */
     size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    assert_true(at_end > bound); /* kept for the allowance: there is something to trim */
     bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
     print_message("  %d freed around a take: pool of %zu then, %zu once quiet (bound %zu)\n", N,
                   at_end, hwt__pool_capacity(&timer->pool), bound);
@@ -575,13 +587,6 @@ static bool idle_beyond_reserve(hwt_timer *timer)
     return beyond;
 }
 
-static int64_t coarse_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
 {
     (void)state;
@@ -611,6 +616,7 @@ static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
             set_last_take(timer, coarse_now());
         hwt_timeout_release(h[i]);
     }
+    assert_true(idle_beyond_reserve(timer)); /* there is something to trim */
     static struct far_taker f; /* real takes, then quiet */
     f = (struct far_taker){.timer = timer};
     pthread_t th;
@@ -629,12 +635,15 @@ static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
     assert_true(trimmed);
 }
 
-/* A light load after a burst (a task that schedules the next one every
- * 10 ms) takes from the depot now and then - the worker gives its freed
- * timeouts back before each sleep, and the next schedule refills - but at
- * no churn's pace: the allowance goes. */
+/* A light load after a burst: a task that schedules the next one a tick
+ * later, one pending at a time. Its caches go back and forth with the
+ * depot (the worker gives its cache back before each sleep, and the next
+ * schedule takes a magazine): every 10 ms, or every 250 us, as often as a
+ * churn's takes, though it allocates one timeout a tick. The allowance
+ * goes. */
 struct periodic {
     hwt_timer *timer;
+    int64_t period_us;
     atomic_bool stop;
     atomic_int runs, failures;
 };
@@ -645,40 +654,109 @@ static void periodic_task(hwt_timeout *timeout, void *arg)
     struct periodic *p = arg;
     atomic_fetch_add(&p->runs, 1);
     if (!atomic_load(&p->stop) &&
-        hwt_new_timeout(p->timer, periodic_task, p, 10, HWT_MILLISECONDS, NULL) != 0)
+        hwt_new_timeout(p->timer, periodic_task, p, p->period_us, HWT_MICROSECONDS, NULL) != 0)
         atomic_fetch_add(&p->failures, 1);
 }
 
-static void test_a_light_load_keeps_no_allowance(void **state)
+/* A burst of n timeouts cancelled and released while threads still take:
+ * the depot keeps the busy allowance. */
+static void burst_ends_busy(hwt_timer *timer, size_t n)
 {
-    (void)state;
-    enum { N = 600000 };
-    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
-    assert_int_equal(hwt_timer_start(timer), 0);
-    hwt_timeout **h = schedule_kept(timer, N);
-    for (size_t i = 0; i < N; i++)
+    hwt_timeout **h = schedule_kept(timer, n);
+    for (size_t i = 0; i < n; i++)
         assert_true(hwt_timeout_cancel(h[i]));
-    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
-    for (size_t i = 0; i < N; i++) { /* the burst ends while threads still take */
+    assert_true(hwtt_wait_until(only_handles_hold(h, n), hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < n; i++) {
         if (i % 2048 == 0)
             set_last_take(timer, coarse_now());
         hwt_timeout_release(h[i]);
     }
-    struct periodic p = {.timer = timer};
-    assert_int_equal(hwt_new_timeout(timer, periodic_task, &p, 10, HWT_MILLISECONDS, NULL), 0);
-    size_t at_end = hwt__pool_capacity(&timer->pool);
+    free(h);
+}
+
+static void light_load_after_a_burst(int64_t period_us)
+{
+    hwt_timer *timer = hwtt_track(hwtt_timer((uint64_t)period_us, HWT_MICROSECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    burst_ends_busy(timer, 600000);
     size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    size_t at_end = hwt__pool_capacity(&timer->pool);
+    static struct periodic p;
+    p = (struct periodic){.timer = timer, .period_us = period_us};
+    assert_int_equal(hwt_new_timeout(timer, periodic_task, &p, period_us, HWT_MICROSECONDS, NULL),
+                     0);
     bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
     size_t with_load = hwt__pool_capacity(&timer->pool);
     atomic_store(&p.stop, true);
     int runs_at_stop = atomic_load(&p.runs);
     assert_true(hwtt_wait_until(atomic_load(&p.runs) > runs_at_stop, hwtt_slack_ms(5000)));
-    print_message("  %d freed: pool of %zu then, %zu under a 10 ms periodic task (%d runs, "
+    print_message("  600000 freed: pool of %zu then, %zu under a task every %lld us (%d runs, "
                   "bound %zu)\n",
-                  N, at_end, with_load, runs_at_stop, bound);
-    free(h);
+                  at_end, with_load, (long long)period_us, runs_at_stop, bound);
     hwtt_destroy(timer);
     assert_int_equal(atomic_load(&p.failures), 0);
+    assert_true(at_end > bound);
+    assert_true(back);
+}
+
+static void test_a_light_load_keeps_no_allowance(void **state)
+{
+    (void)state;
+    light_load_after_a_burst(10000);
+}
+
+static void test_a_light_load_on_a_fine_tick_keeps_no_allowance(void **state)
+{
+    (void)state;
+    light_load_after_a_burst(250);
+}
+
+/* A thread that schedules on two timers in turn (a light load) gives its
+ * cache back to one and takes from the other at each switch. */
+struct alternator {
+    hwt_timer *a, *b;
+    atomic_bool stop;
+    atomic_int rounds, failures;
+};
+
+static void *alternate(void *p)
+{
+    struct alternator *x = p;
+    while (!atomic_load(&x->stop)) {
+        if (hwt_new_timeout(x->a, noop, NULL, 20, HWT_MILLISECONDS, NULL) != 0 ||
+            hwt_new_timeout(x->b, noop, NULL, 20, HWT_MILLISECONDS, NULL) != 0)
+            atomic_fetch_add(&x->failures, 1);
+        atomic_fetch_add(&x->rounds, 1);
+        hwtt_sleep_us(500);
+    }
+    return NULL;
+}
+
+static void test_a_thread_using_two_timers_keeps_no_allowance(void **state)
+{
+    (void)state;
+    hwt_timer *a = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    hwt_timer *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(a), 0);
+    assert_int_equal(hwt_timer_start(b), 0);
+    burst_ends_busy(a, 600000);
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    size_t at_end = hwt__pool_capacity(&a->pool);
+    static struct alternator x;
+    x = (struct alternator){.a = a, .b = b};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, alternate, &x), 0);
+    bool back = hwtt_wait_until(hwt__pool_capacity(&a->pool) <= bound, hwtt_slack_ms(3000));
+    size_t with_load = hwt__pool_capacity(&a->pool);
+    atomic_store(&x.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  600000 freed: pool of %zu then, %zu under a thread using two timers (%d "
+                  "rounds, bound %zu)\n",
+                  at_end, with_load, atomic_load(&x.rounds), bound);
+    hwtt_destroy(a);
+    hwtt_destroy(b);
+    assert_int_equal(atomic_load(&x.failures), 0);
+    assert_true(at_end > bound);
     assert_true(back);
 }
 
@@ -989,6 +1067,10 @@ int main(void)
         cmocka_unit_test_teardown(test_a_stopped_small_pool_keeps_nothing_free,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_light_load_keeps_no_allowance, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_light_load_on_a_fine_tick_keeps_no_allowance,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_using_two_timers_keeps_no_allowance,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
