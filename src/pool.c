@@ -150,7 +150,7 @@ struct thread_cache {
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
     unsigned calls_to_check; /* allocations and frees until it looks at the clock */
-    size_t allocated;        /* since it last took from the depot (note_take) */
+    size_t allocated;        /* since it last took from the depot (note_allocated) */
     int64_t given_back_ns;   /* when it last gave its freed timeouts back (coarse) */
 };
 
@@ -257,7 +257,7 @@ static int64_t coarse_now_ns(void)
 }
 
 /* How many free timeouts the depot keeps: the reserve, or more while
- * threads are taking timeouts at a churn's pace (note_take). In a churn
+ * threads are taking timeouts at a churn's pace (note_allocated). In a churn
  * (threads scheduling while the worker frees, in batches, what they
  * cancelled) regions that become free
  * are needed again within moments, and a page given back and taken again
@@ -437,10 +437,10 @@ struct take {
     unsigned fresh_chunk;
 };
 
-/* Counts, as a cache takes from the depot, the timeouts it allocated since
- * its last take in the current BUSY_NS window; enough make the depot busy
- * (last_take_ns). */
-static void note_take(struct hwt__pool *pool, size_t allocated)
+/* Counts the timeouts a cache allocated since it last took from the depot
+ * (as it takes again, or gives everything back) in the current BUSY_NS
+ * window; enough make the depot busy (last_take_ns). */
+static void note_allocated(struct hwt__pool *pool, size_t allocated)
 {
     int64_t now = coarse_now_ns();
     if (now - pool->take_window_ns >= BUSY_NS) {
@@ -648,6 +648,7 @@ static void flush(struct thread_cache *c)
     size_t returned = c->fresh_count;
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
+    note_allocated(pool, c->allocated); /* a thread going from timer to timer churns too */
     returned += put_mags_locked(pool, c, &gone);
     put_locked(pool, fresh, &gone);
     /* Its regions' never-used chunks go to whoever needs them. */
@@ -825,7 +826,7 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 {
     struct take got;
     pthread_mutex_lock(&timer->pool.lock);
-    note_take(&timer->pool, c->allocated);
+    note_allocated(&timer->pool, c->allocated);
     got = take_locked(&timer->pool, c, false);
     pthread_mutex_unlock(&timer->pool.lock);
     c->allocated = 0;

@@ -46,7 +46,7 @@ struct hwt__pool {
     size_t capacity; /* timeouts in the pool's regions */
     size_t free;     /* of them in the depot (freed, or never handed out) */
     int64_t last_take_ns; /* when threads last took timeouts at a churn's pace (coarse) */
-    int64_t take_window_ns;  /* the current window of note_take (pool.c) */
+    int64_t take_window_ns;  /* the current window of note_allocated (pool.c) */
     size_t window_allocated; /* timeouts allocated in it */
     unsigned scans;       /* hwt__pool_for_each in progress: no region goes back */
     bool trim_wanted; /* the worker planned a trim, or was woken to plan one (pool.c) */

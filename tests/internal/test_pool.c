@@ -510,6 +510,23 @@ static void release_far(struct far_taker *f)
         hwt_timeout_release(f->h[i]);
 }
 
+/* A burst of n timeouts with handles, cancelled and let go of by the
+ * worker (only the handles hold them), with a far timeout (*far) that has
+ * the worker plan an hour-long sleep: it has planned when this returns. */
+static hwt_timeout **burst_under_a_long_sleep(hwt_timer *timer, size_t n, hwt_timeout **far)
+{
+    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, far), 0);
+    hwt_timeout **h = schedule_kept(timer, n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, n), hwtt_slack_ms(5000)));
+    int64_t minute = 60 * INT64_C(1000000000);
+    assert_true(hwtt_wait_until(atomic_load(&timer->wake_before) > hwt__rel_now(timer) + minute,
+                                hwtt_slack_ms(5000)));
+    hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
+    return h;
+}
+
 static void test_the_busy_allowance_goes_once_quiet(void **state)
 {
     (void)state;
@@ -517,15 +534,7 @@ static void test_the_busy_allowance_goes_once_quiet(void **state)
     hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
     assert_int_equal(hwt_timer_start(timer), 0);
     hwt_timeout *far;
-    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &far), 0);
-    hwt_timeout **h = schedule_kept(timer, N);
-    for (size_t i = 0; i < N; i++)
-        assert_true(hwt_timeout_cancel(h[i]));
-    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
-    int64_t minute = 60 * INT64_C(1000000000);
-    assert_true(hwtt_wait_until(atomic_load(&timer->wake_before) > hwt__rel_now(timer) + minute,
-                                hwtt_slack_ms(5000)));
-    hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
+    hwt_timeout **h = burst_under_a_long_sleep(timer, N, &far);
     for (size_t i = 0; i < N / 2; i++)
         hwt_timeout_release(h[i]);
     static struct far_taker f;
@@ -594,15 +603,7 @@ static void test_regions_kept_for_the_reserve_go_once_quiet(void **state)
     hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
     assert_int_equal(hwt_timer_start(timer), 0);
     hwt_timeout *far;
-    assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &far), 0);
-    hwt_timeout **h = schedule_kept(timer, N);
-    for (size_t i = 0; i < N; i++)
-        assert_true(hwt_timeout_cancel(h[i]));
-    assert_true(hwtt_wait_until(only_handles_hold(h, N), hwtt_slack_ms(5000)));
-    int64_t minute = 60 * INT64_C(1000000000);
-    assert_true(hwtt_wait_until(atomic_load(&timer->wake_before) > hwt__rel_now(timer) + minute,
-                                hwtt_slack_ms(5000)));
-    hwtt_sleep_ms(100); /* time for the worker to go to sleep: its plan is made */
+    hwt_timeout **h = burst_under_a_long_sleep(timer, N, &far);
     /* Quiet: the first regions go entirely free while the depot holds less
      * than the reserve, and are kept for it. */
     set_last_take(timer, LONG_AGO);
@@ -758,6 +759,56 @@ static void test_a_thread_using_two_timers_keeps_no_allowance(void **state)
     assert_int_equal(atomic_load(&x.failures), 0);
     assert_true(at_end > bound);
     assert_true(back);
+}
+
+/* What a thread allocated counts towards a churn when it gives its cache
+ * back, not only when it takes again: a thread that churns on two timers
+ * in turn gives its cache to one and takes from the other at each switch,
+ * and would otherwise never count. Here 1 100 timeouts, of which the two
+ * takes after the first counted 818, then a give-back. */
+static bool depot_busy(hwt_timer *timer)
+{
+    pthread_mutex_lock(&timer->pool.lock);
+    bool busy = coarse_now() - timer->pool.last_take_ns < 50 * INT64_C(1000000);
+    pthread_mutex_unlock(&timer->pool.lock);
+    return busy;
+}
+
+struct allocate_then_give_back {
+    hwt_timer *timer;
+    bool busy_before, busy_after;
+    int failures;
+};
+
+static void *allocate_then_give_back(void *p)
+{
+    struct allocate_then_give_back *job = p;
+    for (int i = 0; i < 1100; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, NULL) != 0)
+            job->failures++;
+    job->busy_before = depot_busy(job->timer);
+    hwt__pool_forget_thread(job->timer); /* as a schedule on another timer would */
+    job->busy_after = depot_busy(job->timer);
+    return NULL;
+}
+
+static void test_a_cache_given_back_counts_what_it_allocated(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    set_last_take(timer, LONG_AGO);
+    struct allocate_then_give_back job = {.timer = timer};
+    pthread_t th;
+    int64_t t0 = hwtt_now_ns();
+    assert_int_equal(pthread_create(&th, NULL, allocate_then_give_back, &job), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    int64_t took_ms = (hwtt_now_ns() - t0) / 1000000;
+    assert_int_equal(job.failures, 0);
+    if (took_ms >= 40) /* the count is per 50 ms window: this run was too slow to tell */
+        skip();
+    assert_false(job.busy_before);
+    assert_true(job.busy_after);
 }
 
 /* Small regions kept for the reserve before a stop go at the stop too. */
@@ -1070,6 +1121,8 @@ int main(void)
         cmocka_unit_test_teardown(test_a_light_load_on_a_fine_tick_keeps_no_allowance,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_using_two_timers_keeps_no_allowance,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_cache_given_back_counts_what_it_allocated,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
                                   hwtt_teardown_timers),

@@ -970,11 +970,11 @@ static void test_a_move_told_after_the_timeout_ran_is_not_left_behind(void **sta
     hwtt_destroy(timer);
 }
 
-/* Two later moves at once: the first compared its deadline (+100 ms) with
+/* Two later moves at once: the first compared its deadline (+500 ms) with
  * the one it read and paused; the second moved the timeout to +10 s, and
  * the worker, at the old slot, filed it again by that. The first then wrote
- * +100 ms over it as a later move (the generation check passed on a retry)
- * and returned true: due at +100 ms, the timeout sat in the +10 s slot.
+ * +500 ms over it as a later move (the generation check passed on a retry)
+ * and returned true: due at +500 ms, the timeout sat in the +10 s slot.
  * Its write is now a CAS from what it compared with: it fails, and the
  * call, comparing again, goes the earlier way, which tells the worker. */
 static void test_two_later_moves_at_once_leave_it_due_at_the_last(void **state)
@@ -983,17 +983,20 @@ static void test_two_later_moves_at_once_leave_it_due_at_the_last(void **state)
     hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 512));
     atomic_int ran = 0;
     hwt_timeout *t;
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, &t), 0);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 300, HWT_MILLISECONDS, &t), 0);
+    /* In the wheel, so that the later deadline is found at the old slot
+     * (one still queued is filed by its deadline as the worker moves it). */
+    expect_in_wheel(t);
     uint64_t refiled = atomic_load(&timer->refiled);
     arm(HWT_STEP_RESCHEDULE_COMPARED, timer);
     struct call first;
-    begin_reschedule(&first, t, 100);
+    begin_reschedule(&first, t, 500); /* later than the first deadline */
     expect_reached(HWT_STEP_RESCHEDULE_COMPARED);
     assert_true(hwt_timeout_reschedule(t, 10, HWT_SECONDS)); /* the gate is spent: no pause */
-    /* the worker reaches the old slot (50 ms) and files it again at +10 s */
+    /* the worker reaches the old slot (300 ms) and files it again at +10 s */
     assert_true(hwtt_wait_until(atomic_load(&timer->refiled) > refiled, hwtt_slack_ms(5000)));
     open_gate(HWT_STEP_RESCHEDULE_COMPARED);
-    assert_true(finish_reschedule(&first)); /* the last to write: due at +100 ms */
+    assert_true(finish_reschedule(&first)); /* the last to write: due at +500 ms */
     assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(3000)));
     hwt_timeout_release(t);
     hwtt_destroy(timer);
