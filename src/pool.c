@@ -725,38 +725,36 @@ static int bind(hwt_timer *timer)
 }
 
 /* Gives the freed timeouts of the calling thread's cache (bound to
- * `timer`) back to the depot, trims it, and returns next_trim_locked. */
-static int64_t give_back_cached(hwt_timer *timer, struct thread_cache *c)
+ * `timer`) back to the depot. The worker, should it be the caller, plans
+ * a trim before it sleeps (hwt__pool_give_back_freed). */
+static void give_back_cached(hwt_timer *timer, struct thread_cache *c)
 {
-    struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
-    pthread_mutex_lock(&pool->lock);
-    size_t returned = put_mags_locked(pool, c, &gone);
-    trim_idle(pool, &gone);
-    int64_t trim_at = next_trim_locked(pool);
-    if (hwt__current_worker == timer)
-        pool->trim_wanted = trim_at != INT64_MAX; /* it plans for it */
+    pthread_mutex_lock(&timer->pool.lock);
+    size_t returned = put_mags_locked(&timer->pool, c, &gone);
     bool kick = trim_wanted_locked(timer);
-    pthread_mutex_unlock(&pool->lock);
+    pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
     if (kick)
         hwt__kick_worker(timer);
     hwt__timer_unref_n(timer, returned); /* never the last: the thread is bound */
-    return trim_at;
 }
 
 int64_t hwt__pool_give_back_freed(hwt_timer *timer)
 {
     struct thread_cache *c = &cache;
-    if (c->timer == timer)
-        return give_back_cached(timer, c);
+    struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
-    pthread_mutex_lock(&timer->pool.lock);
-    trim_idle(&timer->pool, &gone);
-    int64_t trim_at = next_trim_locked(&timer->pool);
-    timer->pool.trim_wanted = trim_at != INT64_MAX; /* the caller plans for it */
-    pthread_mutex_unlock(&timer->pool.lock);
+    size_t returned = 0;
+    pthread_mutex_lock(&pool->lock);
+    if (c->timer == timer)
+        returned = put_mags_locked(pool, c, &gone);
+    trim_idle(pool, &gone);
+    int64_t trim_at = next_trim_locked(pool);
+    pool->trim_wanted = trim_at != INT64_MAX; /* the caller plans for it */
+    pthread_mutex_unlock(&pool->lock);
     release_regions(gone);
+    hwt__timer_unref_n(timer, returned); /* never the last: the thread is bound */
     return trim_at;
 }
 

@@ -391,21 +391,20 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         return HWT_EINVAL;
     if (hwt__inherited(timer)) /* in a fork child: its worker is the parent's */
         return HWT_ESTOPPED;
-    int64_t delay_ns = hwt__sat_mul(delay, unit_ns);
-    if (hwt__pool_thread_bound(timer)) { /* its binding keeps the timer */
-        int rc = ensure_started(timer);
-        return rc != 0 ? rc : hwt__schedule(timer, run, cancelled, arg, delay_ns, timeout);
-    }
     /* A thread's first call holds nothing of the timer until its cache
      * binds, in the allocation; a stop does not wait for a call that has
      * not counted itself yet. So a destroy racing it (the first call of all
      * starts the worker, and may meet a destroy while it does) would free
-     * the timer under it: a reference for the whole call. */
-    hold(timer);
+     * the timer under it: a reference for the whole call. Later calls are
+     * kept by the binding. */
+    bool first = !hwt__pool_thread_bound(timer);
+    if (first)
+        hold(timer);
     int rc = ensure_started(timer);
     if (rc == 0)
-        rc = hwt__schedule(timer, run, cancelled, arg, delay_ns, timeout);
-    hwt__timer_unref_n(timer, 1);
+        rc = hwt__schedule(timer, run, cancelled, arg, hwt__sat_mul(delay, unit_ns), timeout);
+    if (first)
+        hwt__timer_unref_n(timer, 1);
     return rc;
 }
 
