@@ -266,6 +266,11 @@ struct hwt_timer {
     _Atomic int stop_mode;     /* HWT_STOP_*, set before SHUTDOWN is published */
     _Atomic bool stopped;      /* a stop has ended: the pending count reads 0 */
     unsigned fork_generation;  /* hwt__fork_generation when created (timer.c) */
+    /* The process's live timers (created, not destroyed), for the fork
+     * handlers (timer.c); and, in a fork child, when the fork that took
+     * this timer's worker happened (0 while it has its own). */
+    hwt_timer *live_prev, *live_next;
+    int64_t forked_ns;
 };
 
 /* Thread-local variables of the library: initial-exec, so that reading one

@@ -126,27 +126,60 @@ static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool atfork_registered;
 static pthread_mutex_t stopping_lock = PTHREAD_MUTEX_INITIALIZER; /* see worker_may_stop */
 
-/* When the fork that began each generation happened, in this process and
- * its ancestors (the array is inherited): a timer created in generation g
- * lost its worker at the fork that began g + 1, and its ticks stop there.
- * The time is read in the parent, before the fork (under the arena's lock,
- * which keeps forks of one process apart): read in the child, it could be
- * later than a stop the parent made meanwhile. Past the last slot (forks
- * nested 4095 deep, untouched pages otherwise), the latest fork. */
-#define FORK_TIMES 4096
-static int64_t fork_ns[FORK_TIMES];
+/* The live timers, linked through live_prev/live_next under live_lock,
+ * which the forking thread holds across the fork: a child's handler marks
+ * each inherited timer with when its worker was lost (forked_ns), once, so
+ * its ticks stop there however many forks later they are read. The time is
+ * read in the parent, before the fork (under the arena's lock, which keeps
+ * forks of one process apart): read in the child, it could be later than a
+ * stop the parent made meanwhile. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static hwt_timer *live_list;
 static int64_t fork_prepared_ns;
+
+static void link_live(hwt_timer *timer)
+{
+    pthread_mutex_lock(&live_lock);
+    timer->live_next = live_list;
+    if (live_list != NULL)
+        live_list->live_prev = timer;
+    live_list = timer;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void unlink_live(hwt_timer *timer)
+{
+    pthread_mutex_lock(&live_lock);
+    if (timer->live_prev != NULL)
+        timer->live_prev->live_next = timer->live_next;
+    else
+        live_list = timer->live_next;
+    if (timer->live_next != NULL)
+        timer->live_next->live_prev = timer->live_prev;
+    pthread_mutex_unlock(&live_lock);
+}
 
 static void before_fork(void)
 {
     hwt__arena_before_fork();
+    pthread_mutex_lock(&live_lock);
     fork_prepared_ns = hwt__now_ns();
+}
+
+static void after_fork_in_parent(void)
+{
+    pthread_mutex_unlock(&live_lock);
+    hwt__arena_after_fork_in_parent();
 }
 
 static void after_fork_in_child(void)
 {
-    unsigned generation = atomic_fetch_add(&hwt__fork_generation, 1) + 1;
-    fork_ns[generation < FORK_TIMES ? generation : FORK_TIMES - 1] = fork_prepared_ns;
+    atomic_fetch_add(&hwt__fork_generation, 1);
+    for (hwt_timer *t = live_list; t != NULL; t = t->live_next) {
+        if (t->forked_ns == 0) /* inherited at this fork, not an earlier one */
+            t->forked_ns = fork_prepared_ns;
+    }
+    pthread_mutex_unlock(&live_lock); /* the forking thread's: it is the child's */
     atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
     hwt__arena_after_fork_in_child();
@@ -161,7 +194,7 @@ static int register_atfork(void)
     int err = 0;
     pthread_mutex_lock(&atfork_lock);
     if (!atfork_registered) {
-        err = pthread_atfork(before_fork, hwt__arena_after_fork_in_parent, after_fork_in_child);
+        err = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
         atfork_registered = err == 0;
     }
     pthread_mutex_unlock(&atfork_lock);
@@ -284,6 +317,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     /* After the log: a callback that forks returns, in the child, a timer
      * of the child's, not one inherited already. */
     timer->fork_generation = atomic_load(&hwt__fork_generation);
+    link_live(timer);
     *out = timer;
     return 0;
 }
@@ -551,6 +585,7 @@ void hwt_timer_destroy(hwt_timer *timer)
         return;
     if (hwt__inherited(timer)) { /* the child's count of live timers includes it */
         atomic_fetch_sub(&live_timers, 1);
+        unlink_live(timer); /* the child's copy of the list */
         return;
     }
     if (hwt__current_worker == timer) {
@@ -566,6 +601,7 @@ void hwt_timer_destroy(hwt_timer *timer)
         return;
     }
     atomic_fetch_sub(&live_timers, 1);
+    unlink_live(timer);
     hwt__pool_forget_thread(timer);
     hwt__timer_unref_n(timer, 1);
 }
@@ -622,11 +658,10 @@ static uint64_t ticks_elapsed(hwt_timer *timer)
     if (reported & HWT_TICKS_FINAL)
         return reported & ~HWT_TICKS_FINAL;
     if (hwt__inherited(timer)) {
-        /* Its worker ended at the fork that began the generation after
-         * its own; its memory is the parent's, and is not written. */
-        unsigned lost_at = timer->fork_generation + 1;
-        int64_t end = fork_ns[lost_at < FORK_TIMES ? lost_at : FORK_TIMES - 1];
-        uint64_t ticks = hwt__ticks_at(timer, end);
+        /* Its worker ended at the first fork after it was made; reported
+         * no further (the parent's count, kept in this copy, is not
+         * written). */
+        uint64_t ticks = hwt__ticks_at(timer, timer->forked_ns);
         return ticks > reported ? ticks : reported;
     }
     hwt__step_reached(HWT_STEP_STATS_CLOCK, timer);
@@ -658,8 +693,9 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
         stats->scheduled += hwt__stack_pushes(&timer->stripes[i].queue);
     stats->wakeups = atomic_load(&timer->wakeups);
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
-    if (atomic_load_explicit(&timer->state, memory_order_acquire) != HWT_STATE_INIT &&
-        timer->worker_ready) {
+    /* The worker's readiness alone, not the state: a fork child made while
+     * the starter had yet to mark the timer STARTED inherits a worker that
+     * ticked until the fork (start_ns is set before worker_ready). */
+    if (timer->worker_ready)
         stats->ticks = ticks_elapsed(timer);
-    }
 }

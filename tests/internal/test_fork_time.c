@@ -28,6 +28,7 @@ static struct shared {
     atomic_int child_in_handler; /* the child is in it */
     atomic_int parent_done;
     uint64_t child_ticks;
+    uint64_t grandchild_ticks;
 } *shared;
 
 static void early_child_handler(void)
@@ -88,6 +89,69 @@ static void test_inherited_ticks_stop_at_the_fork_not_when_the_child_runs(void *
     assert_true(after_child >= shared->child_ticks);
 }
 
+/* Forks nested deep: a timer created 4094 forks deep loses its worker at
+ * the fork that begins generation 4095, and a grandchild (generation 4096)
+ * must report its ticks as they stood then, as test_fork's
+ * test_ticks_stand_still_in_a_grandchild checks two levels down (a table of
+ * fork times by generation, 4096 slots, once made the grandchild count the
+ * 20 ticks its parent lived). The generation is set directly (a child of
+ * the test stands for a process 4094 forks deep) instead of forking 4094
+ * times. */
+static hwt_timer *deep_timer; /* created 4094 forks deep */
+
+static int grandchild_of_a_deep_timer(void *p)
+{
+    uint64_t in_child = *(uint64_t *)p;
+    shared->grandchild_ticks = ticks_of(deep_timer);
+    return shared->grandchild_ticks == in_child ? 0 : 1;
+}
+
+static int child_of_a_deep_timer(void *p)
+{
+    (void)p;
+    uint64_t in_child = ticks_of(deep_timer);
+    shared->child_ticks = in_child;
+    hwtt_sleep_ms(20); /* 20 ticks pass here, with no worker for the timer */
+    if (ticks_of(deep_timer) != in_child)
+        return 2;
+    int rc = hwtt_run_in_child(grandchild_of_a_deep_timer, &in_child, 10000);
+    return rc == 0 ? 0 : 10 + rc;
+}
+
+static int process_4094_forks_deep(void *p)
+{
+    (void)p;
+    atomic_store(&hwt__fork_generation, 4094u); /* as if forked 4094 times */
+    deep_timer = hwtt_timer(1, HWT_MILLISECONDS, 64);
+    if (hwt_timer_start(deep_timer) != 0)
+        return 3;
+    if (!hwtt_wait_until(ticks_of(deep_timer) >= 5, 2000))
+        return 4;
+    int rc = hwtt_run_in_child(child_of_a_deep_timer, NULL, 20000);
+    hwt_timer_destroy(deep_timer);
+    return rc;
+}
+
+static void test_ticks_stand_still_in_a_grandchild_4094_forks_deep(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_THREAD__)
+    skip(); /* TSan cannot follow a worker started in a fork child (see test_fork.c) */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    skip();
+#endif
+#endif
+    shared->child_ticks = shared->grandchild_ticks = UINT64_MAX;
+    int rc = hwtt_run_in_child(process_4094_forks_deep, NULL, hwtt_slack_ms(30000));
+    print_message("  generation 4095 (child): %llu ticks; generation 4096 (grandchild): %llu; "
+                  "status %d\n",
+                  (unsigned long long)shared->child_ticks,
+                  (unsigned long long)shared->grandchild_ticks, rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(shared->grandchild_ticks, shared->child_ticks);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -98,6 +162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_inherited_ticks_stop_at_the_fork_not_when_the_child_runs,
                                   hwtt_teardown_timers),
+        cmocka_unit_test(test_ticks_stand_still_in_a_grandchild_4094_forks_deep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -375,6 +375,50 @@ static void test_ticks_never_go_back_when_a_read_meets_the_stop(void **state)
     assert_int_equal(later, after_stop);
 }
 
+/* A fork while a start is latched: the worker has set its start time and
+ * ticks, the starter has not yet marked the timer STARTED. The child's
+ * inherited timer lost its worker at the fork, and should report the ticks
+ * the worker counted until then ("ticks elapsed since the worker started
+ * ... until it ended (... for a timer inherited by a fork child, the
+ * fork)"); the parent, once the start is over, counts them too. */
+struct latched_fork {
+    hwt_timer *timer;
+    uint64_t at_least; /* ticks that had passed since the worker's start at the fork */
+};
+
+static int child_reads_latched_ticks(void *p)
+{
+    struct latched_fork *f = p;
+    uint64_t ticks = ticks_of(f->timer);
+    return ticks >= f->at_least ? 0 : 1 + (int)(ticks > 100 ? 100 : ticks);
+}
+
+static void test_a_child_forked_during_a_start_counts_the_workers_ticks(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer(); /* 1 ms ticks */
+    arm(HWT_STEP_START_LATCHED, timer);
+    struct call start;
+    begin(&start, timer, OP_START, NULL);
+    expect_reached(HWT_STEP_START_LATCHED); /* the worker set start_ns and runs */
+    int64_t start_ns = timer->start_ns;
+    assert_true(hwtt_wait_until(hwtt_now_ns() - start_ns >= 20 * timer->tick_ns,
+                                hwtt_slack_ms(2000)));
+    struct latched_fork f = {timer, (uint64_t)((hwtt_now_ns() - start_ns) / timer->tick_ns)};
+    int rc = hwtt_run_in_child(child_reads_latched_ticks, &f, hwtt_slack_ms(10000));
+    open_gate(HWT_STEP_START_LATCHED);
+    finish(&start);
+    assert_int_equal(start.rc, 0);
+    uint64_t parent = ticks_of(timer);
+    print_message("  ticks at the fork: >= %llu; the child's: %s%d; the parent's after the "
+                  "start: %llu\n",
+                  (unsigned long long)f.at_least, rc == 0 ? "ok, status " : "status (1 + ticks) ",
+                  rc, (unsigned long long)parent);
+    assert_true(parent >= f.at_least); /* the parent counts them */
+    assert_int_equal(rc, 0);
+    hwtt_destroy(timer);
+}
+
 /* A first schedule racing a stop, paused where it has seen the timer
  * started but not yet counted itself: the stop does not wait for it; it
  * then sees SHUTDOWN and fails, and the count read between its announce
@@ -1427,6 +1471,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_destroy_during_a_threads_first_schedule_frees_nothing_under_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_child_forked_during_a_start_counts_the_workers_ticks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup, teardown),
