@@ -44,10 +44,12 @@
  * regions when timeouts are freed in the order they were allocated, up to
  * one per cached timeout when freed in random order. A thread that frees
  * about as much as it takes (one timeout at a time, say) reuses the same
- * few and keeps the others, so every CACHE_CHECK_CALLS calls it looks at
- * the clock and gives its freed ones back if it has not for
- * CACHE_GIVE_BACK_NS; one that makes no more calls keeps them until it
- * exits. The worker gives its freed ones back before each sleep
+ * few and keeps the others, so it gives all it holds back (the rest of its
+ * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
+ * the schedule's own clock reading, a free at the coarse clock every
+ * CACHE_CHECK_CALLS frees. A thread refused by a stop gives its cache
+ * back; one that makes no more calls keeps it until it exits. The worker
+ * gives all its cache holds back before each sleep
  * (hwt__pool_give_back_freed).
  *
  * The timer's reference count holds one reference per timeout outside the
@@ -149,9 +151,10 @@ struct thread_cache {
     hwt_timeout *fresh;
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
-    unsigned calls_to_check; /* allocations and frees until it looks at the clock */
-    size_t allocated;        /* since it last took from the depot (note_allocated) */
-    int64_t given_back_ns;   /* when it last gave its freed timeouts back (coarse) */
+    unsigned calls_to_check; /* frees until it looks at the clock */
+    size_t allocated;        /* since it last took from the depot (note_allocated)... */
+    int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
+    int64_t given_back_ns;   /* when it last gave what it holds back */
 };
 
 static HWT_THREAD_LOCAL struct thread_cache cache;
@@ -194,10 +197,11 @@ static size_t timeouts_in_region(size_t region_bytes)
  * BUSY_NS after the last take waits this much more, so that it finds the
  * depot quiet. */
 #define TRIM_SLACK_NS (25 * INT64_C(1000000)) /* a jiffy at HZ=100 is 10 ms */
-/* A thread that keeps calling gives back its freed timeouts about this
- * often (it looks at the clock every CACHE_CHECK_CALLS allocations and
- * frees): a thread that frees as much as it takes would otherwise keep the
- * same ones, and their regions, for as long as it lives. */
+/* A thread that keeps calling gives back what its cache holds about this
+ * often (an allocation looks at the time each call, a free every
+ * CACHE_CHECK_CALLS): a thread that frees as much as it takes would
+ * otherwise keep the same ones, and their regions, for as long as it
+ * lives. */
 #define CACHE_GIVE_BACK_NS (1000 * INT64_C(1000000))
 #define CACHE_CHECK_CALLS 64
 _Static_assert(HWT_POOL_BUSY_KEEP_BYTES >= HWT_POOL_RESERVE_BYTES, "busy keeps at least the reserve");
@@ -438,11 +442,16 @@ struct take {
 };
 
 /* Counts the timeouts a cache allocated since it last took from the depot
- * (as it takes again, or gives everything back) in the current BUSY_NS
- * window; enough make the depot busy (last_take_ns). */
-static void note_allocated(struct hwt__pool *pool, size_t allocated)
+ * at `since` (as it takes again, or gives everything back) in the current
+ * BUSY_NS window; enough make the depot busy (last_take_ns). Allocations
+ * spread over more than a window count for the window's share: a light
+ * load's cache may hold what it took seconds ago, and several such
+ * caches given back at once are no churn. Returns the time. */
+static int64_t note_allocated(struct hwt__pool *pool, size_t allocated, int64_t since)
 {
     int64_t now = coarse_now_ns();
+    if (now - since > BUSY_NS)
+        allocated = (size_t)((uint64_t)allocated * (uint64_t)BUSY_NS / (uint64_t)(now - since));
     if (now - pool->take_window_ns >= BUSY_NS) {
         pool->take_window_ns = now;
         pool->window_allocated = 0;
@@ -450,6 +459,7 @@ static void note_allocated(struct hwt__pool *pool, size_t allocated)
     pool->window_allocated += allocated;
     if (pool->window_allocated >= BUSY_ALLOCATED)
         pool->last_take_ns = now;
+    return now;
 }
 
 /* A magazine, else a never-used chunk of a region that `c` owns or nobody
@@ -625,15 +635,29 @@ static ck_stack_entry_t *chain_run(hwt_timeout *first, size_t n)
     return n > 0 ? &first->stack_link : NULL;
 }
 
-/* Puts the cache's freed timeouts (its two magazines) in the depot; how
- * many. */
-static size_t put_mags_locked(struct hwt__pool *pool, struct thread_cache *c,
-                              struct hwt__region **gone)
+/* Unhooks the cache's run of never-used timeouts, chained as freed ones
+ * (before the depot's lock: it writes each one). */
+static ck_stack_entry_t *unhook_run(struct thread_cache *c)
 {
-    size_t n = c->loaded.count + c->spare.count;
+    ck_stack_entry_t *run = chain_run(c->fresh, c->fresh_count);
+    c->fresh = NULL;
+    c->fresh_count = 0;
+    return run;
+}
+
+/* Puts what the cache holds in the depot: its freed timeouts (two
+ * magazines) and its run, unhooked with unhook_run (`run_count` of them:
+ * kept, a run keeps its region mapped as much as a freed timeout does).
+ * Returns how many; their references to the timer are the caller's to
+ * drop, after the lock. */
+static size_t put_cache_locked(struct hwt__pool *pool, struct thread_cache *c,
+                               ck_stack_entry_t *run, size_t run_count, struct hwt__region **gone)
+{
+    size_t n = c->loaded.count + c->spare.count + run_count;
     put_mag_locked(pool, c->loaded, gone);
     put_mag_locked(pool, c->spare, gone);
     c->loaded = c->spare = (struct mag){NULL, 0, NULL};
+    put_locked(pool, run, gone);
     return n;
 }
 
@@ -644,13 +668,12 @@ static void flush(struct thread_cache *c)
     if (timer == NULL)
         return;
     struct hwt__pool *pool = &timer->pool;
-    ck_stack_entry_t *fresh = chain_run(c->fresh, c->fresh_count);
-    size_t returned = c->fresh_count;
+    size_t run_count = c->fresh_count;
+    ck_stack_entry_t *run = unhook_run(c);
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
-    note_allocated(pool, c->allocated); /* a thread going from timer to timer churns too */
-    returned += put_mags_locked(pool, c, &gone);
-    put_locked(pool, fresh, &gone);
+    note_allocated(pool, c->allocated, c->took_ns); /* a thread going from timer to timer churns too */
+    size_t returned = put_cache_locked(pool, c, run, run_count, &gone);
     /* Its regions' never-used chunks go to whoever needs them. */
     for (struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
          r = r->links[HWT_REGIONS_TAILS].next)
@@ -716,7 +739,7 @@ static int bind(hwt_timer *timer)
     }
     c->timer = timer;
     c->calls_to_check = CACHE_CHECK_CALLS;
-    c->given_back_ns = coarse_now_ns();
+    c->given_back_ns = c->took_ns = coarse_now_ns();
     /* The binding's own reference: a cache that allocation has emptied
      * still points at the timer, and its flush (at thread exit, or when the
      * thread turns to another timer) locks the timer's pool. */
@@ -724,14 +747,16 @@ static int bind(hwt_timer *timer)
     return 0;
 }
 
-/* Gives the freed timeouts of the calling thread's cache (bound to
- * `timer`) back to the depot. The worker, should it be the caller, plans
- * a trim before it sleeps (hwt__pool_give_back_freed). */
+/* Gives what the calling thread's cache (bound to `timer`) holds back to
+ * the depot; it stays bound. The worker, should it be the caller, plans a
+ * trim before it sleeps (hwt__pool_give_back_freed). */
 static void give_back_cached(hwt_timer *timer, struct thread_cache *c)
 {
     struct hwt__region *gone = NULL;
+    size_t run_count = c->fresh_count;
+    ck_stack_entry_t *run = unhook_run(c);
     pthread_mutex_lock(&timer->pool.lock);
-    size_t returned = put_mags_locked(&timer->pool, c, &gone);
+    size_t returned = put_cache_locked(&timer->pool, c, run, run_count, &gone);
     bool kick = trim_wanted_locked(timer);
     pthread_mutex_unlock(&timer->pool.lock);
     release_regions(gone);
@@ -745,10 +770,11 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
     struct thread_cache *c = &cache;
     struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
-    size_t returned = 0;
+    size_t returned = 0, run_count = c->timer == timer ? c->fresh_count : 0;
+    ck_stack_entry_t *run = run_count > 0 ? unhook_run(c) : NULL;
     pthread_mutex_lock(&pool->lock);
     if (c->timer == timer)
-        returned = put_mags_locked(pool, c, &gone);
+        returned = put_cache_locked(pool, c, run, run_count, &gone);
     trim_idle(pool, &gone);
     int64_t trim_at = next_trim_locked(pool);
     pool->trim_wanted = trim_at != INT64_MAX; /* the caller plans for it */
@@ -768,20 +794,28 @@ void hwt__pool_close(hwt_timer *timer)
     release_regions(gone);
 }
 
-/* Counts an allocation or free of the calling thread's cache; every
- * CACHE_CHECK_CALLS, gives its freed timeouts back if it has not for
- * CACHE_GIVE_BACK_NS. */
-static void count_call(hwt_timer *timer, struct thread_cache *c)
+/* Gives what the calling thread's cache holds back if it has not for
+ * CACHE_GIVE_BACK_NS by `now`: a thread that frees about as much as it
+ * takes reuses the same few timeouts and would keep the others, and their
+ * regions, for as long as it lives. */
+static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t now)
+{
+    if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
+        return;
+    c->given_back_ns = now;
+    if (c->loaded.count + c->spare.count + c->fresh_count > 0)
+        give_back_cached(timer, c);
+}
+
+/* Counts a free into the calling thread's cache: every CACHE_CHECK_CALLS
+ * it looks at the (coarse) clock. An allocation looks every time, at the
+ * schedule's own reading. */
+static void count_free(hwt_timer *timer, struct thread_cache *c)
 {
     if (--c->calls_to_check != 0)
         return;
     c->calls_to_check = CACHE_CHECK_CALLS;
-    int64_t now = coarse_now_ns();
-    if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
-        return;
-    c->given_back_ns = now;
-    if (c->loaded.count + c->spare.count > 0)
-        give_back_cached(timer, c);
+    give_back_if_due(timer, c, coarse_now_ns());
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)
@@ -824,7 +858,7 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 {
     struct take got;
     pthread_mutex_lock(&timer->pool.lock);
-    note_allocated(&timer->pool, c->allocated);
+    c->took_ns = note_allocated(&timer->pool, c->allocated, c->took_ns);
     got = take_locked(&timer->pool, c, false);
     pthread_mutex_unlock(&timer->pool.lock);
     c->allocated = 0;
@@ -848,12 +882,12 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
     return true;
 }
 
-int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key)
+int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no_key)
 {
     struct thread_cache *c = &cache;
     if (c->timer != timer && (*no_key = bind(timer)) != 0)
         return HWT_ESYS;
-    count_call(timer, c);
+    give_back_if_due(timer, c, now);
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {
         *m = c->spare;
@@ -911,5 +945,5 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
     node->next = m->first;
     m->first = node;
     m->count++;
-    count_call(timer, c);
+    count_free(timer, c);
 }

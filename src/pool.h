@@ -80,8 +80,9 @@ void hwt__pool_destroy(struct hwt__pool *pool);
  * exhausted, or HWT_ESYS when the calling thread's cache cannot be set up
  * (no thread key to be had: the error number in *no_key, for the caller to
  * log with hwt__pool_log_no_key once it is safe to). Nothing changes on
- * failure. Any thread. */
-int hwt__timeout_alloc(hwt_timer *timer, hwt_timeout **out, int *no_key);
+ * failure. Any thread. `now`: the caller's hwt__now_ns() reading, by which
+ * the thread's cache gives what it holds back about once a second. */
+int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no_key);
 /* Any thread; `timeout` must not be touched afterwards (its memory may go
  * back to the system). */
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout);

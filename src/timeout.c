@@ -114,7 +114,8 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
     /* The clock first, as Netty reads it before it allocates: a caller
      * preempted inside the call (or held up by a fresh page) gets its
      * deadline from when it called. */
-    int64_t now = hwt__rel_now(timer);
+    int64_t abs_now = hwt__now_ns();
+    int64_t now = abs_now - timer->start_ns;
     /* Refused at once while the limit is reached: a refused call changes
      * nothing (no task interned, no cache bound, no memory taken). The slot
      * itself is taken after the allocation (below). */
@@ -125,7 +126,7 @@ int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void
         return fail(stripe, HWT_ENOMEM);
     hwt_timeout *t;
     int no_key = 0;
-    int rc = hwt__timeout_alloc(timer, &t, &no_key);
+    int rc = hwt__timeout_alloc(timer, abs_now, &t, &no_key);
     if (rc != 0) {
         if (rc != HWT_ESYS)
             return fail(stripe, rc);

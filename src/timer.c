@@ -437,6 +437,11 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
     int rc = ensure_started(timer);
     if (rc == 0)
         rc = hwt__schedule(timer, run, cancelled, arg, hwt__sat_mul(delay, unit_ns), timeout);
+    /* A stopped timer's pool keeps nothing free: a thread refused by the
+     * stop gives back what its cache holds (the binding kept the timer
+     * until here; the call counted itself as failed already). */
+    if (rc == HWT_ESTOPPED && !first)
+        hwt__pool_forget_thread(timer);
     if (first)
         hwt__timer_unref_n(timer, 1);
     return rc;

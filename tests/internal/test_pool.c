@@ -845,6 +845,7 @@ struct light_load {
     hwt_timeout **h;
     atomic_bool released, stop;
     atomic_int failures;
+    int64_t period_ms; /* between two timeouts of the light load (0: 1 ms) */
 };
 
 static void *burst_then_light_load(void *p)
@@ -875,7 +876,7 @@ static void *burst_then_light_load(void *p)
             break;
         }
         hwt_timeout_release(t);
-        hwtt_sleep_ms(1);
+        hwtt_sleep_ms(l->period_ms > 0 ? l->period_ms : 1);
     }
     return NULL;
 }
@@ -905,6 +906,273 @@ static void test_a_thread_that_keeps_calling_gives_its_cache_back(void **state)
     free(l.h);
     hwtt_destroy(timer);
     assert_true(back);
+}
+
+/* The same, with a thread that keeps calling at a human pace: a timeout
+ * every half second (a heartbeat, a client's requests). Its cache still
+ * gives its freed timeouts back about once a second: an allocation looks
+ * at the time every call (the schedule's own clock reading), not every 64
+ * calls (32 rounds, 16 s, during which the last frees of the burst, in
+ * random regions, kept the burst mapped). */
+static void test_a_thread_that_calls_slowly_gives_its_cache_back(void **state)
+{
+    (void)state;
+    (void)hwtt_slowdown(); /* cached before other threads read it */
+    enum { N = 600000 }; /* ~29 MB, in a dozen regions */
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    struct light_load l = {.timer = timer,
+                           .n = N,
+                           .h = calloc(N, sizeof(hwt_timeout *)),
+                           .period_ms = hwtt_slack_ms(500)};
+    assert_non_null(l.h);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, burst_then_light_load, &l), 0);
+    assert_true(hwtt_wait_until(atomic_load(&l.released), hwtt_slack_ms(30000)));
+    size_t at_release = hwt__pool_capacity(&timer->pool);
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    /* Three times "about once a second". */
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
+    size_t while_alive = hwt__pool_capacity(&timer->pool);
+    atomic_store(&l.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  %d released in random order: pool of %zu then, %zu 3 s later while the "
+                  "thread calls every %lld ms (bound %zu)\n",
+                  N, at_release, while_alive, (long long)l.period_ms, bound);
+    assert_int_equal(atomic_load(&l.failures), 0);
+    free(l.h);
+    hwtt_destroy(timer);
+    assert_true(back);
+}
+
+/* Several threads each schedule a burst (their regions double up to 2 MiB),
+ * let it go, then keep a light load of one timeout at a time. Each thread's
+ * cache holds the rest of the never-used chunk it was taking from (its
+ * fresh run), in the last 2 MiB region of its burst. The periodic give-back
+ * returns that run too, not only the magazines of freed timeouts: kept, it
+ * kept a whole region of each such thread's burst mapped (and populated)
+ * for minutes, while its load was one timeout - the footprint followed the
+ * number of threads that once had a burst, not the load. */
+enum { SPREAD_THREADS = 6, SPREAD_BURST = 60000 }; /* past 16 KiB .. 1 MiB: into 2 MiB */
+
+struct spread_job {
+    hwt_timer *timer;
+    hwt_timeout **h;
+    atomic_int *released;
+    atomic_bool *stop;
+    atomic_int failures;
+    atomic_int rounds; /* of the light load */
+};
+
+/* Every burst is scheduled before any is let go of: each thread maps its
+ * own regions, none takes another's freed timeouts. */
+static pthread_barrier_t spread_scheduled;
+
+static void *burst_then_one_at_a_time(void *p)
+{
+    struct spread_job *job = p;
+    for (size_t i = 0; i < SPREAD_BURST; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, &job->h[i]) != 0)
+            atomic_fetch_add(&job->failures, 1);
+    pthread_barrier_wait(&spread_scheduled);
+    for (size_t i = 0; i < SPREAD_BURST; i++)
+        if (!hwt_timeout_cancel(job->h[i]))
+            atomic_fetch_add(&job->failures, 1);
+    if (!hwtt_wait_until(only_handles_hold(job->h, SPREAD_BURST), hwtt_slack_ms(10000)))
+        atomic_fetch_add(&job->failures, 1);
+    for (size_t i = 0; i < SPREAD_BURST; i++)
+        hwt_timeout_release(job->h[i]);
+    atomic_fetch_add(job->released, 1);
+    while (!atomic_load(job->stop)) { /* a light load: one timeout at a time */
+        hwt_timeout *t; /* runs on the next tick; this thread's release frees it */
+        if (hwt_new_timeout(job->timer, noop, NULL, 0, HWT_MILLISECONDS, &t) != 0 ||
+            !hwtt_wait_until(only_handles_hold(&t, 1), hwtt_slack_ms(5000))) {
+            atomic_fetch_add(&job->failures, 1);
+            break;
+        }
+        hwt_timeout_release(t);
+        atomic_fetch_add(&job->rounds, 1);
+        hwtt_sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void test_threads_with_a_light_load_give_their_burst_back(void **state)
+{
+    (void)state;
+    (void)hwtt_slowdown(); /* cached before other threads read it */
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static struct spread_job jobs[SPREAD_THREADS];
+    atomic_int released = 0;
+    atomic_bool stop = false;
+    pthread_t th[SPREAD_THREADS];
+    pthread_barrier_init(&spread_scheduled, NULL, SPREAD_THREADS);
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        jobs[i] = (struct spread_job){.timer = timer, .released = &released, .stop = &stop};
+        jobs[i].h = calloc(SPREAD_BURST, sizeof(hwt_timeout *));
+        assert_non_null(jobs[i].h);
+        assert_int_equal(pthread_create(&th[i], NULL, burst_then_one_at_a_time, &jobs[i]), 0);
+    }
+    bool all_released =
+        hwtt_wait_until(atomic_load(&released) == SPREAD_THREADS, hwtt_slack_ms(30000));
+    size_t at_release = hwt__pool_capacity(&timer->pool);
+    /* As for one thread that keeps calling: the reserve, a region, and the
+     * light load's region. */
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
+    /* Past the threads' give-backs (about once a second each). */
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
+    size_t while_alive = hwt__pool_capacity(&timer->pool);
+    atomic_store(&stop, true);
+    int failures = 0;
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        failures += atomic_load(&jobs[i].failures);
+        free(jobs[i].h);
+    }
+    pthread_barrier_destroy(&spread_scheduled);
+    size_t after_exit = hwt__pool_capacity(&timer->pool);
+    print_message("  %d threads, %d each, then one at a time: pool of %zu at the release, %zu "
+                  "3 s later under the light load (bound %zu), %zu once the threads exited\n",
+                  SPREAD_THREADS, SPREAD_BURST, at_release, while_alive, bound, after_exit);
+    hwtt_destroy(timer);
+    assert_true(all_released);
+    assert_int_equal(failures, 0);
+    assert_true(back);
+}
+
+/* A stopped timer keeps no free memory (reliability.md), and a thread that
+ * scheduled keeps its cache only until it "exits, calls again, or
+ * schedules on another timer". A thread schedules a burst, the timer is
+ * stopped (dropping it), and the thread, alive, calls on the timer again:
+ * its schedules are refused before they reach the pool, and the refusal
+ * gives its cache back - the rest of the never-used chunk it was taking
+ * from, in the last 2 MiB region of its burst, which it kept mapped
+ * (populated) for as long as the thread lived. */
+struct stopped_job {
+    hwt_timer *timer;
+    size_t n;
+    atomic_bool scheduled, stopped, called_again, may_exit;
+    atomic_int failures;
+};
+
+static void *burst_then_call_the_stopped_timer(void *p)
+{
+    struct stopped_job *job = p;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, NULL) != 0)
+            atomic_fetch_add(&job->failures, 1);
+    atomic_store(&job->scheduled, true);
+    if (!hwtt_wait_until(atomic_load(&job->stopped), hwtt_slack_ms(30000)))
+        atomic_fetch_add(&job->failures, 1);
+    for (int i = 0; i < 1000; i++) /* calls again: refused */
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, NULL) != HWT_ESTOPPED)
+            atomic_fetch_add(&job->failures, 1);
+    atomic_store(&job->called_again, true);
+    hwtt_wait_until(atomic_load(&job->may_exit), hwtt_slack_ms(30000));
+    return NULL;
+}
+
+static void test_a_stopped_timer_keeps_nothing_for_a_live_thread(void **state)
+{
+    (void)state;
+    (void)hwtt_slowdown(); /* cached before other threads read it */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static struct stopped_job job;
+    job = (struct stopped_job){.timer = timer, .n = 60000}; /* into a 2 MiB region */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, burst_then_call_the_stopped_timer, &job), 0);
+    assert_true(hwtt_wait_until(atomic_load(&job.scheduled), hwtt_slack_ms(30000)));
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
+    atomic_store(&job.stopped, true);
+    assert_true(hwtt_wait_until(atomic_load(&job.called_again), hwtt_slack_ms(30000)));
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) == 0, hwtt_slack_ms(1000));
+    size_t kept = hwt__pool_capacity(&timer->pool);
+    atomic_store(&job.may_exit, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    size_t after_exit = hwt__pool_capacity(&timer->pool);
+    print_message("  %zu dropped by a stop: pool of %zu while the thread that scheduled them "
+                  "lives and calls again, %zu once it exited\n",
+                  job.n, kept, after_exit);
+    hwtt_destroy(timer);
+    assert_int_equal(atomic_load(&job.failures), 0);
+    assert_true(back);
+}
+
+/* The same threads' light load (some 6 000 timeouts in 2 s between them,
+ * 150 in 50 ms: 7 times below a churn's 1 024), while it runs and once it
+ * ends: the depot must not read "busy". Each cache counts what it allocated
+ * since it last took from the depot as it takes again or gives everything
+ * back - as it recycles its own magazine, a second of its light load, and
+ * the tail of its burst - and only the 50 ms window's share of it counts.
+ * Counted whole, the threads' periodic give-backs (together: they started
+ * together) and their exits made the depot busy: the regions the exits
+ * emptied were kept for the busy allowance, and the idle worker was woken
+ * to plan a trim and again to make it. */
+static void test_a_light_load_that_ends_keeps_no_allowance(void **state)
+{
+    (void)state;
+    (void)hwtt_slowdown(); /* cached before other threads read it */
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static struct spread_job jobs[SPREAD_THREADS];
+    atomic_int released = 0;
+    atomic_bool stop = false;
+    pthread_t th[SPREAD_THREADS];
+    pthread_barrier_init(&spread_scheduled, NULL, SPREAD_THREADS);
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        jobs[i] = (struct spread_job){.timer = timer, .released = &released, .stop = &stop};
+        jobs[i].h = calloc(SPREAD_BURST, sizeof(hwt_timeout *));
+        assert_non_null(jobs[i].h);
+        assert_int_equal(pthread_create(&th[i], NULL, burst_then_one_at_a_time, &jobs[i]), 0);
+    }
+    assert_true(hwtt_wait_until(atomic_load(&released) == SPREAD_THREADS, hwtt_slack_ms(30000)));
+    /* The light load: some 1 000 timeouts a thread, one at a time, in 2 s.
+     * Past the burst's own takes (50 ms), the depot must never read busy:
+     * the threads, started together, give their caches back together about
+     * once a second, and each then counts what it allocated since its last
+     * take - a second of its light load. */
+    hwtt_sleep_ms(100);
+    bool busy_during = false;
+    int64_t light_until = hwtt_now_ns() + 1900 * INT64_C(1000000);
+    while (hwtt_now_ns() < light_until) {
+        busy_during = busy_during || depot_busy(timer);
+        hwtt_sleep_ms(2);
+    }
+    atomic_store(&stop, true);
+    int failures = 0, rounds = 0;
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        failures += atomic_load(&jobs[i].failures);
+        rounds += atomic_load(&jobs[i].rounds);
+        free(jobs[i].h);
+    }
+    bool busy = depot_busy(timer);
+    pthread_barrier_destroy(&spread_scheduled);
+    size_t at_exit = hwt__pool_capacity(&timer->pool);
+    hwt_stats before, after;
+    hwt_timer_stats(timer, &before);
+    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + HWT_MAX_REGION_BYTES);
+    /* Nothing is due: the worker has no reason to wake. */
+    bool trimmed =
+        hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(1000));
+    hwtt_sleep_ms(200);
+    hwt_timer_stats(timer, &after);
+    print_message("  %d light loads (%d timeouts in 2 s): depot %s during them; ended: depot "
+                  "%s, pool of %zu at once (bound %zu), %zu later; the idle worker woke %llu "
+                  "times\n",
+                  SPREAD_THREADS, rounds, busy_during ? "busy" : "quiet", busy ? "busy" : "quiet",
+                  at_exit, bound,
+                  hwt__pool_capacity(&timer->pool),
+                  (unsigned long long)(after.wakeups - before.wakeups));
+    hwtt_destroy(timer);
+    assert_int_equal(failures, 0);
+    assert_true(trimmed);
+    assert_false(busy_during);
+    assert_false(busy);
+    assert_true(at_exit <= bound);
+    assert_int_equal(after.wakeups, before.wakeups);
 }
 
 /* A burst within the reserve keeps its memory (a load that goes up and
@@ -1125,6 +1393,14 @@ int main(void)
         cmocka_unit_test_teardown(test_a_cache_given_back_counts_what_it_allocated,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_that_keeps_calling_gives_its_cache_back,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_that_calls_slowly_gives_its_cache_back,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_threads_with_a_light_load_give_their_burst_back,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_light_load_that_ends_keeps_no_allowance,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_stopped_timer_keeps_nothing_for_a_live_thread,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
