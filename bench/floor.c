@@ -6,7 +6,7 @@
  *
  *   hwt-floor [n=10000000] [sleep_s=0]
  *   floor clock_ns=... tsc_ns=... enqueue_1t_ns=... enqueue_2t_ns=...
- *         push_1t_ns=... push_2t_ns=... lock_add_ns=...
+ *         push_1t_ns=... push_2t_ns=... lock_add_ns=... pair_1t_ns=... pair_2t_ns=...
  *
  * tsc_ns is a plain TSC read (x86-64; -1 elsewhere), for comparison only:
  * libhwtimer reads CLOCK_MONOTONIC (clock_ns) for every deadline.
@@ -29,6 +29,17 @@
  * preallocated entries into one fifo at once (the issue's "~30 ns"
  * reference figure); push_2t_ns the same with each thread pushing onto its
  * own stack (as two producers on two stripes do). Nothing is dequeued.
+ *
+ * pair_1t_ns and pair_2t_ns: what one churn pair (cancel an old timeout,
+ * release its handle, schedule a new one) cannot go below in libhwtimer's
+ * design, with one thread and with two at once (wall time / pairs): each
+ * thread, on its own pre-faulted ring of 1000 slots and its own counters,
+ * does only the pair's clock read and locked operations - the cancel's
+ * state CAS, its count on the stripe, the handle's release, the schedule's
+ * announce and its counted push (a double-width CAS) - with no allocation,
+ * no worker and no line shared between the threads. A timer whose producers
+ * must beat another's churn by 2x needs its pairs at half of that one's
+ * wall time; this says whether that can be reached here at all.
  */
 #define _GNU_SOURCE
 #include <ck_fifo.h>
@@ -99,6 +110,71 @@ static double enqueue_ns(long n, int threads, void *(*fn)(void *))
         pthread_join(th[t], NULL);
     long long wall = now_ns() - t0;
     pthread_barrier_destroy(&barrier);
+    return (double)wall / (double)(per_thread * threads);
+}
+
+#define PAIR_RING 1000
+
+struct pair_slot {
+    ck_stack_entry_t link;
+    _Atomic unsigned state;
+    _Atomic unsigned char refs;
+    long long deadline;
+};
+
+/* One producer's own memory: its stripe's stack (16-byte aligned for the
+ * double-width CAS) and counters, on lines no other thread writes. */
+static struct pair_lane {
+    _Alignas(64) ck_stack_t queue;
+    _Atomic unsigned long started, cancelled;
+    struct pair_slot ring[PAIR_RING];
+} *lanes;
+
+static void *pair_range(void *arg)
+{
+    struct pair_lane *lane = &lanes[(long)arg];
+    pthread_barrier_wait(&barrier);
+    for (long i = 0; i < per_thread; i++) {
+        struct pair_slot *s = &lane->ring[i % PAIR_RING];
+        unsigned init = 0; /* cancel: the state CAS, the count, the release */
+        atomic_compare_exchange_strong(&s->state, &init, 1);
+        atomic_fetch_add(&lane->cancelled, 1);
+        atomic_fetch_sub(&s->refs, 1);
+        atomic_fetch_add(&lane->started, 1); /* schedule: announce, clock, push */
+        s->deadline = now_ns() + 30000000000LL;
+        atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+        atomic_store_explicit(&s->refs, 2, memory_order_relaxed);
+        ck_stack_t seen, next;
+        seen.generation = ck_pr_load_ptr(&lane->queue.generation);
+        seen.head = ck_pr_load_ptr(&lane->queue.head);
+        do {
+            s->link.next = seen.head;
+            next.head = &s->link;
+            next.generation = (char *)((uintptr_t)seen.generation + 1);
+        } while (!ck_pr_cas_ptr_2_value(&lane->queue, &seen, &next, &seen));
+    }
+    return NULL;
+}
+
+/* ns of wall time per churn pair's floor with `threads` threads at once. */
+static double pair_ns(long n, int threads)
+{
+    lanes = aligned_alloc(64, sizeof *lanes * 2);
+    if (lanes == NULL)
+        return -1;
+    memset(lanes, 0, sizeof *lanes * 2);
+    per_thread = n / threads;
+    pthread_t th[2];
+    pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+    for (long t = 0; t < threads; t++)
+        pthread_create(&th[t], NULL, pair_range, (void *)t);
+    long long t0 = now_ns();
+    pthread_barrier_wait(&barrier);
+    for (int t = 0; t < threads; t++)
+        pthread_join(th[t], NULL);
+    long long wall = now_ns() - t0;
+    pthread_barrier_destroy(&barrier);
+    free(lanes);
     return (double)wall / (double)(per_thread * threads);
 }
 
@@ -220,9 +296,11 @@ int main(int argc, char **argv)
         atomic_fetch_add(&counter, 1);
     double lock_ns = (double)(now_ns() - t0) / (double)n;
     free(entries);
+    double pair1 = pair_ns(n, 1), pair2 = pair_ns(n, 2);
     printf("floor n=%ld clock_ns=%.1f tsc_ns=%.1f enqueue_1t_ns=%.1f enqueue_2t_ns=%.1f"
-           " push_1t_ns=%.1f push_2t_ns=%.1f lock_add_ns=%.1f (sink %lld)\n",
-           n, clock_ns, tsc_ns, e1, e2, p1, p2, lock_ns, sink & 1);
+           " push_1t_ns=%.1f push_2t_ns=%.1f lock_add_ns=%.1f pair_1t_ns=%.1f pair_2t_ns=%.1f"
+           " (sink %lld)\n",
+           n, clock_ns, tsc_ns, e1, e2, p1, p2, lock_ns, pair1, pair2, sink & 1);
     page_costs(large_us);
     if (sleep_s > 0)
         sleep_noise(sleep_s);
