@@ -47,7 +47,7 @@
  * few and keeps the others, so it gives all it holds back (the rest of its
  * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
  * the schedule's own clock reading, a free at the coarse clock every
- * CACHE_CHECK_CALLS frees. A thread refused by a stop gives its cache
+ * CACHE_CHECK_FREES frees. A thread refused by a stop gives its cache
  * back; one that makes no more calls keeps it until it exits. The worker
  * gives all its cache holds back before each sleep
  * (hwt__pool_give_back_freed).
@@ -151,7 +151,7 @@ struct thread_cache {
     hwt_timeout *fresh;
     size_t fresh_count;
     size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
-    unsigned calls_to_check; /* frees until it looks at the clock */
+    unsigned frees_to_check; /* frees until it looks at the clock */
     size_t allocated;        /* since it last took from the depot (note_allocated)... */
     int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
     int64_t given_back_ns;   /* when it last gave what it holds back */
@@ -198,12 +198,17 @@ static size_t timeouts_in_region(size_t region_bytes)
  * depot quiet. */
 #define TRIM_SLACK_NS (25 * INT64_C(1000000)) /* a jiffy at HZ=100 is 10 ms */
 /* A thread that keeps calling gives back what its cache holds about this
- * often (an allocation looks at the time each call, a free every
- * CACHE_CHECK_CALLS): a thread that frees as much as it takes would
+ * often (an allocation looks at the time each call, a free every few): a
+ * thread that frees as much as it takes would
  * otherwise keep the same ones, and their regions, for as long as it
  * lives. */
 #define CACHE_GIVE_BACK_NS (1000 * INT64_C(1000000))
-#define CACHE_CHECK_CALLS 64
+/* Frees between two looks at the (coarse, ~7 ns) clock: a thread that only
+ * releases handles, a few a second, still gives back within seconds. The
+ * worker's frees come by the thousand, and it gives back before each sleep
+ * anyway: it looks less often. */
+#define CACHE_CHECK_FREES 4
+#define CACHE_CHECK_WORKER_FREES 64
 _Static_assert(HWT_POOL_BUSY_KEEP_BYTES >= HWT_POOL_RESERVE_BYTES, "busy keeps at least the reserve");
 
 /* ---------------------------------------------------------------- lists */
@@ -738,7 +743,7 @@ static int bind(hwt_timer *timer)
         flush(c);
     }
     c->timer = timer;
-    c->calls_to_check = CACHE_CHECK_CALLS;
+    c->frees_to_check = CACHE_CHECK_FREES;
     c->given_back_ns = c->took_ns = coarse_now_ns();
     /* The binding's own reference: a cache that allocation has emptied
      * still points at the timer, and its flush (at thread exit, or when the
@@ -807,14 +812,15 @@ static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t n
         give_back_cached(timer, c);
 }
 
-/* Counts a free into the calling thread's cache: every CACHE_CHECK_CALLS
- * it looks at the (coarse) clock. An allocation looks every time, at the
- * schedule's own reading. */
+/* Counts a free into the calling thread's cache: every few it looks at the
+ * coarse clock. An allocation looks every time, at the schedule's own
+ * reading. */
 static void count_free(hwt_timer *timer, struct thread_cache *c)
 {
-    if (--c->calls_to_check != 0)
+    if (--c->frees_to_check != 0)
         return;
-    c->calls_to_check = CACHE_CHECK_CALLS;
+    c->frees_to_check =
+        hwt__current_worker == timer ? CACHE_CHECK_WORKER_FREES : CACHE_CHECK_FREES;
     give_back_if_due(timer, c, coarse_now_ns());
 }
 

@@ -1175,6 +1175,97 @@ static void test_a_light_load_that_ends_keeps_no_allowance(void **state)
     assert_int_equal(after.wakeups, before.wakeups);
 }
 
+/* A thread that released a burst's handles in random order, then keeps
+ * calling only by releasing the handles it still holds, one every 300 ms
+ * (connections closing one by one), gives its cache back within seconds
+ * too: a free looks at the clock every few frees. Every 64, it kept the last
+ * frees of its burst - each in another 2 MiB region - for 19 s. */
+struct slow_releases {
+    hwt_timer *timer;
+    size_t n, kept;
+    hwt_timeout **h;
+    hwt_timeout **later; /* `kept` handles of this timer's first chunk, to release slowly */
+    int64_t period_ms;
+    atomic_bool released, stop;
+    atomic_int failures;
+    atomic_size_t cached; /* what its cache held after its last call */
+};
+
+static void *burst_then_release_slowly(void *p)
+{
+    struct slow_releases *l = p;
+    for (size_t i = 0; i < l->n; i++)
+        if (hwt_new_timeout(l->timer, noop, NULL, 1, HWT_MILLISECONDS, &l->h[i]) != 0)
+            atomic_fetch_add(&l->failures, 1);
+    if (!hwtt_wait_until(only_handles_hold(l->h, l->n), hwtt_slack_ms(10000)))
+        atomic_fetch_add(&l->failures, 1);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = l->n - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t j = x % (i + 1);
+        hwt_timeout *t = l->h[i];
+        l->h[i] = l->h[j];
+        l->h[j] = t;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        hwt_timeout_release(l->h[i]);
+    atomic_store(&l->cached, hwt__pool_thread_cached(l->timer));
+    atomic_store(&l->released, true);
+    for (size_t i = 0; i < l->kept && !atomic_load(&l->stop); i++) {
+        hwtt_sleep_ms(l->period_ms);
+        hwt_timeout_release(l->later[i]); /* keeps calling: a release a period */
+        l->later[i] = NULL;
+        atomic_store(&l->cached, hwt__pool_thread_cached(l->timer));
+    }
+    while (!atomic_load(&l->stop))
+        hwtt_sleep_ms(5);
+    for (size_t i = 0; i < l->kept; i++)
+        if (l->later[i] != NULL)
+            hwt_timeout_release(l->later[i]);
+    return NULL;
+}
+
+static void test_a_thread_that_releases_slowly_gives_its_cache_back(void **state)
+{
+    (void)state;
+    (void)hwtt_slowdown();
+    enum { N = 600000, KEPT = 20 };
+    size_t first = first_region_capacity();
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static struct slow_releases l;
+    l = (struct slow_releases){.timer = timer, .n = N, .kept = KEPT, .period_ms = 300};
+    l.h = calloc(N, sizeof(hwt_timeout *));
+    assert_non_null(l.h);
+    /* The handles released slowly: of the timer's first region (one chunk,
+     * scheduled here), so that they keep no region of the burst. */
+    static hwt_timeout *later[KEPT];
+    for (int i = 0; i < KEPT; i++)
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_MILLISECONDS, &later[i]), 0);
+    assert_true(hwtt_wait_until(only_handles_hold(later, KEPT), hwtt_slack_ms(5000)));
+    l.later = later;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, burst_then_release_slowly, &l), 0);
+    assert_true(hwtt_wait_until(atomic_load(&l.released), hwtt_slack_ms(30000)));
+    size_t at_release = hwt__pool_capacity(&timer->pool);
+    size_t cached_then = atomic_load(&l.cached);
+    /* The reserve, a region, and the first region (its handles). */
+    size_t bound =
+        timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES) + first;
+    /* "About once a second": three seconds of releases, ten calls. */
+    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, 3000);
+    size_t while_alive = hwt__pool_capacity(&timer->pool), cached = atomic_load(&l.cached);
+    atomic_store(&l.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  %d released in random order, then one every %lld ms: cache of %zu then, "
+                  "%zu 3 s later; pool of %zu then, %zu 3 s later (bound %zu)\n",
+                  N, (long long)l.period_ms, cached_then, cached, at_release, while_alive, bound);
+    assert_int_equal(atomic_load(&l.failures), 0);
+    free(l.h);
+    hwtt_destroy(timer);
+    assert_true(back);
+}
+
 /* A burst within the reserve keeps its memory (a load that goes up and
  * down does not map and unmap in a loop): the next burst reuses it. */
 static void test_small_bursts_keep_their_memory(void **state)
@@ -1401,6 +1492,8 @@ int main(void)
         cmocka_unit_test_teardown(test_a_light_load_that_ends_keeps_no_allowance,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_stopped_timer_keeps_nothing_for_a_live_thread,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_that_releases_slowly_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
