@@ -92,14 +92,10 @@ static void *push_range(void *arg)
     return NULL;
 }
 
-/* ns per enqueue (or push) with `threads` threads at once (entries
- * pre-faulted). */
-static double enqueue_ns(long n, int threads, void *(*fn)(void *))
+/* ns of wall time per item with `threads` (1 or 2) running `fn` at once,
+ * per_thread items each, from when they are all released. */
+static double wall_ns_per_item(int threads, void *(*fn)(void *))
 {
-    per_thread = n / threads;
-    memset(entries, 0, sizeof *entries * (size_t)(n + 1));
-    memset(stacks, 0, sizeof stacks);
-    ck_fifo_mpmc_init(&fifo, &entries[0]);
     pthread_t th[2];
     pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
     for (long t = 0; t < threads; t++)
@@ -111,6 +107,17 @@ static double enqueue_ns(long n, int threads, void *(*fn)(void *))
     long long wall = now_ns() - t0;
     pthread_barrier_destroy(&barrier);
     return (double)wall / (double)(per_thread * threads);
+}
+
+/* ns per enqueue (or push) with `threads` threads at once (entries
+ * pre-faulted). */
+static double enqueue_ns(long n, int threads, void *(*fn)(void *))
+{
+    per_thread = n / threads;
+    memset(entries, 0, sizeof *entries * (size_t)(n + 1));
+    memset(stacks, 0, sizeof stacks);
+    ck_fifo_mpmc_init(&fifo, &entries[0]);
+    return wall_ns_per_item(threads, fn);
 }
 
 #define PAIR_RING 1000
@@ -164,18 +171,9 @@ static double pair_ns(long n, int threads)
         return -1;
     memset(lanes, 0, sizeof *lanes * 2);
     per_thread = n / threads;
-    pthread_t th[2];
-    pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
-    for (long t = 0; t < threads; t++)
-        pthread_create(&th[t], NULL, pair_range, (void *)t);
-    long long t0 = now_ns();
-    pthread_barrier_wait(&barrier);
-    for (int t = 0; t < threads; t++)
-        pthread_join(th[t], NULL);
-    long long wall = now_ns() - t0;
-    pthread_barrier_destroy(&barrier);
+    double ns = wall_ns_per_item(threads, pair_range);
     free(lanes);
-    return (double)wall / (double)(per_thread * threads);
+    return ns;
 }
 
 /* Prints how late 1 ms absolute sleeps wake over `seconds`. */
