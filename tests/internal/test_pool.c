@@ -997,25 +997,56 @@ static void *burst_then_one_at_a_time(void *p)
     return NULL;
 }
 
+/* SPREAD_THREADS threads running burst_then_one_at_a_time on `timer`. */
+struct spread {
+    struct spread_job jobs[SPREAD_THREADS];
+    pthread_t th[SPREAD_THREADS];
+    atomic_int released;
+    atomic_bool stop;
+};
+
+static void start_spread(struct spread *sp, hwt_timer *timer)
+{
+    atomic_store(&sp->released, 0);
+    atomic_store(&sp->stop, false);
+    pthread_barrier_init(&spread_scheduled, NULL, SPREAD_THREADS);
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        sp->jobs[i] =
+            (struct spread_job){.timer = timer, .released = &sp->released, .stop = &sp->stop};
+        sp->jobs[i].h = calloc(SPREAD_BURST, sizeof(hwt_timeout *));
+        assert_non_null(sp->jobs[i].h);
+        assert_int_equal(pthread_create(&sp->th[i], NULL, burst_then_one_at_a_time, &sp->jobs[i]),
+                         0);
+    }
+}
+
+/* Stops and joins them; their failures, and the rounds of their light loads
+ * in *rounds. */
+static int join_spread(struct spread *sp, int *rounds)
+{
+    atomic_store(&sp->stop, true);
+    int failures = 0;
+    *rounds = 0;
+    for (int i = 0; i < SPREAD_THREADS; i++) {
+        assert_int_equal(pthread_join(sp->th[i], NULL), 0);
+        failures += atomic_load(&sp->jobs[i].failures);
+        *rounds += atomic_load(&sp->jobs[i].rounds);
+        free(sp->jobs[i].h);
+    }
+    pthread_barrier_destroy(&spread_scheduled);
+    return failures;
+}
+
 static void test_threads_with_a_light_load_give_their_burst_back(void **state)
 {
     (void)state;
     (void)hwtt_slowdown(); /* cached before other threads read it */
     hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
     assert_int_equal(hwt_timer_start(timer), 0);
-    static struct spread_job jobs[SPREAD_THREADS];
-    atomic_int released = 0;
-    atomic_bool stop = false;
-    pthread_t th[SPREAD_THREADS];
-    pthread_barrier_init(&spread_scheduled, NULL, SPREAD_THREADS);
-    for (int i = 0; i < SPREAD_THREADS; i++) {
-        jobs[i] = (struct spread_job){.timer = timer, .released = &released, .stop = &stop};
-        jobs[i].h = calloc(SPREAD_BURST, sizeof(hwt_timeout *));
-        assert_non_null(jobs[i].h);
-        assert_int_equal(pthread_create(&th[i], NULL, burst_then_one_at_a_time, &jobs[i]), 0);
-    }
+    static struct spread sp;
+    start_spread(&sp, timer);
     bool all_released =
-        hwtt_wait_until(atomic_load(&released) == SPREAD_THREADS, hwtt_slack_ms(30000));
+        hwtt_wait_until(atomic_load(&sp.released) == SPREAD_THREADS, hwtt_slack_ms(30000));
     size_t at_release = hwt__pool_capacity(&timer->pool);
     /* As for one thread that keeps calling: the reserve, a region, and the
      * light load's region. */
@@ -1023,14 +1054,8 @@ static void test_threads_with_a_light_load_give_their_burst_back(void **state)
     /* Past the threads' give-backs (about once a second each). */
     bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
     size_t while_alive = hwt__pool_capacity(&timer->pool);
-    atomic_store(&stop, true);
-    int failures = 0;
-    for (int i = 0; i < SPREAD_THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        failures += atomic_load(&jobs[i].failures);
-        free(jobs[i].h);
-    }
-    pthread_barrier_destroy(&spread_scheduled);
+    int rounds;
+    int failures = join_spread(&sp, &rounds);
     size_t after_exit = hwt__pool_capacity(&timer->pool);
     print_message("  %d threads, %d each, then one at a time: pool of %zu at the release, %zu "
                   "3 s later under the light load (bound %zu), %zu once the threads exited\n",
@@ -1116,18 +1141,9 @@ static void test_a_light_load_that_ends_keeps_no_allowance(void **state)
     (void)hwtt_slowdown(); /* cached before other threads read it */
     hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
     assert_int_equal(hwt_timer_start(timer), 0);
-    static struct spread_job jobs[SPREAD_THREADS];
-    atomic_int released = 0;
-    atomic_bool stop = false;
-    pthread_t th[SPREAD_THREADS];
-    pthread_barrier_init(&spread_scheduled, NULL, SPREAD_THREADS);
-    for (int i = 0; i < SPREAD_THREADS; i++) {
-        jobs[i] = (struct spread_job){.timer = timer, .released = &released, .stop = &stop};
-        jobs[i].h = calloc(SPREAD_BURST, sizeof(hwt_timeout *));
-        assert_non_null(jobs[i].h);
-        assert_int_equal(pthread_create(&th[i], NULL, burst_then_one_at_a_time, &jobs[i]), 0);
-    }
-    assert_true(hwtt_wait_until(atomic_load(&released) == SPREAD_THREADS, hwtt_slack_ms(30000)));
+    static struct spread sp;
+    start_spread(&sp, timer);
+    assert_true(hwtt_wait_until(atomic_load(&sp.released) == SPREAD_THREADS, hwtt_slack_ms(30000)));
     /* The light load: some 1 000 timeouts a thread, one at a time, in 2 s.
      * Past the burst's own takes (50 ms), the depot must never read busy:
      * the threads, started together, give their caches back together about
@@ -1140,16 +1156,9 @@ static void test_a_light_load_that_ends_keeps_no_allowance(void **state)
         busy_during = busy_during || depot_busy(timer);
         hwtt_sleep_ms(2);
     }
-    atomic_store(&stop, true);
-    int failures = 0, rounds = 0;
-    for (int i = 0; i < SPREAD_THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        failures += atomic_load(&jobs[i].failures);
-        rounds += atomic_load(&jobs[i].rounds);
-        free(jobs[i].h);
-    }
+    int rounds;
+    int failures = join_spread(&sp, &rounds);
     bool busy = depot_busy(timer);
-    pthread_barrier_destroy(&spread_scheduled);
     size_t at_exit = hwt__pool_capacity(&timer->pool);
     hwt_stats before, after;
     hwt_timer_stats(timer, &before);
