@@ -881,31 +881,41 @@ static void *burst_then_light_load(void *p)
     return NULL;
 }
 
-static void test_a_thread_that_keeps_calling_gives_its_cache_back(void **state)
+/* A thread releases a burst of N in random order, then keeps a light load
+ * (a timeout every period_ms; 0: every 1 ms): the pool must be back
+ * within the bound (the reserve, a region, and the light load's region)
+ * within `within_ms`. */
+static void check_light_load_gives_back(int64_t period_ms, int64_t within_ms)
 {
-    (void)state;
     enum { N = 600000 }; /* ~29 MB, in a dozen regions */
     hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
     assert_int_equal(hwt_timer_start(timer), 0);
-    struct light_load l = {.timer = timer, .n = N, .h = calloc(N, sizeof(hwt_timeout *))};
+    struct light_load l = {
+        .timer = timer, .n = N, .h = calloc(N, sizeof(hwt_timeout *)), .period_ms = period_ms};
     assert_non_null(l.h);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, burst_then_light_load, &l), 0);
     assert_true(hwtt_wait_until(atomic_load(&l.released), hwtt_slack_ms(30000)));
     size_t at_release = hwt__pool_capacity(&timer->pool);
-    /* The reserve, a region, and the light load's region. */
     size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
-    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(5000));
+    bool back =
+        hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(within_ms));
     size_t while_alive = hwt__pool_capacity(&timer->pool);
     atomic_store(&l.stop, true);
     assert_int_equal(pthread_join(th, NULL), 0);
-    print_message("  %d released in random order: pool of %zu then, %zu while the thread keeps "
-                  "calling (bound %zu)\n",
-                  N, at_release, while_alive, bound);
+    print_message("  %d released in random order: pool of %zu then, %zu (waited up to %lld ms) "
+                  "while the thread calls every %lld ms (bound %zu)\n",
+                  N, at_release, while_alive, (long long)within_ms, (long long)period_ms, bound);
     assert_int_equal(atomic_load(&l.failures), 0);
     free(l.h);
     hwtt_destroy(timer);
     assert_true(back);
+}
+
+static void test_a_thread_that_keeps_calling_gives_its_cache_back(void **state)
+{
+    (void)state;
+    check_light_load_gives_back(0, 5000);
 }
 
 /* The same, with a thread that keeps calling at a human pace: a timeout
@@ -918,31 +928,7 @@ static void test_a_thread_that_calls_slowly_gives_its_cache_back(void **state)
 {
     (void)state;
     (void)hwtt_slowdown(); /* cached before other threads read it */
-    enum { N = 600000 }; /* ~29 MB, in a dozen regions */
-    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 512));
-    assert_int_equal(hwt_timer_start(timer), 0);
-    struct light_load l = {.timer = timer,
-                           .n = N,
-                           .h = calloc(N, sizeof(hwt_timeout *)),
-                           .period_ms = hwtt_slack_ms(500)};
-    assert_non_null(l.h);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, burst_then_light_load, &l), 0);
-    assert_true(hwtt_wait_until(atomic_load(&l.released), hwtt_slack_ms(30000)));
-    size_t at_release = hwt__pool_capacity(&timer->pool);
-    size_t bound = timeouts_in(HWT_POOL_RESERVE_BYTES + 2 * HWT_MAX_REGION_BYTES);
-    /* Three times "about once a second". */
-    bool back = hwtt_wait_until(hwt__pool_capacity(&timer->pool) <= bound, hwtt_slack_ms(3000));
-    size_t while_alive = hwt__pool_capacity(&timer->pool);
-    atomic_store(&l.stop, true);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    print_message("  %d released in random order: pool of %zu then, %zu 3 s later while the "
-                  "thread calls every %lld ms (bound %zu)\n",
-                  N, at_release, while_alive, (long long)l.period_ms, bound);
-    assert_int_equal(atomic_load(&l.failures), 0);
-    free(l.h);
-    hwtt_destroy(timer);
-    assert_true(back);
+    check_light_load_gives_back(hwtt_slack_ms(500), 3000); /* 3 x "about once a second" */
 }
 
 /* Several threads each schedule a burst (their regions double up to 2 MiB),
