@@ -47,10 +47,11 @@
  * few and keeps the others, so it gives all it holds back (the rest of its
  * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
  * the schedule's own clock reading, a free at the coarse clock every
- * CACHE_CHECK_FREES frees. A thread refused by a stop gives its cache
- * back; one that makes no more calls keeps it until it exits. The worker
- * gives all its cache holds back before each sleep
- * (hwt__pool_give_back_freed).
+ * CACHE_CHECK_FREES frees, a schedule that fails before allocating at the
+ * coarse clock (hwt__pool_note_call). A thread refused by a stop gives its
+ * cache back; one that makes no more such calls keeps it until it exits.
+ * The worker gives all its cache holds back before each sleep, of
+ * whichever timer (hwt__pool_give_back_freed).
  *
  * The timer's reference count holds one reference per timeout outside the
  * depot (cached or in use), so its memory outlives every cached or used
@@ -773,6 +774,13 @@ static void give_back_cached(hwt_timer *timer, struct thread_cache *c)
 int64_t hwt__pool_give_back_freed(hwt_timer *timer)
 {
     struct thread_cache *c = &cache;
+    if (c->timer != NULL && c->timer != timer) {
+        /* A task scheduled on another timer: that timer gets its cache back
+         * now (the worker may sleep for long), and the worker binds to its
+         * own again (failing, its frees go straight to the depot). */
+        flush(c);
+        (void)bind(timer);
+    }
     struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
     size_t returned = 0, run_count = c->timer == timer ? c->fresh_count : 0;
@@ -822,6 +830,13 @@ static void count_free(hwt_timer *timer, struct thread_cache *c)
     c->frees_to_check =
         hwt__current_worker == timer ? CACHE_CHECK_WORKER_FREES : CACHE_CHECK_FREES;
     give_back_if_due(timer, c, coarse_now_ns());
+}
+
+void hwt__pool_note_call(hwt_timer *timer)
+{
+    struct thread_cache *c = &cache;
+    if (c->timer == timer)
+        give_back_if_due(timer, c, coarse_now_ns());
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)

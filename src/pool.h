@@ -101,6 +101,11 @@ void hwt__pool_for_each(struct hwt__pool *pool, void (*fn)(void *ctx, hwt_timeou
  * stopped timer's memory is what its remaining handles hold). */
 void hwt__pool_close(hwt_timer *timer);
 
+/* A call of the calling thread on `timer` that did not reach its cache (a
+ * schedule that failed before allocating): gives back what the cache holds
+ * if it has not for about a second, as an allocation would. */
+void hwt__pool_note_call(hwt_timer *timer);
+
 /* Gives back what the calling thread caches for `timer` (before the creator's
  * reference is dropped, so the timer can be freed without waiting for it). */
 void hwt__pool_forget_thread(hwt_timer *timer);
@@ -126,9 +131,10 @@ bool hwt__pool_thread_bound(const hwt_timer *timer);
  * schedule that a stop may be waiting for, nor before the worker is up. */
 void hwt__pool_log_no_key(const hwt_timer *timer, int err);
 
-/* Gives the freed timeouts the calling thread caches for `timer` (if it is
- * bound to it) back to the depot, and with them any region they empty; it
- * stays bound. Then gives back the regions the depot kept for its busy
+/* Gives what the calling thread caches for `timer` (if it is bound to it)
+ * back to the depot, and with them any region they empty; it stays bound.
+ * Bound to another timer (a task scheduled there), it gives that timer its
+ * cache back and binds to `timer` again. Then gives back the regions the depot kept for its busy
  * allowance if it has been quiet long enough. Returns when to call again
  * for such regions (CLOCK_MONOTONIC ns; INT64_MAX: none kept). For the
  * worker before it sleeps: nobody else can take what its cache holds (a

@@ -439,9 +439,12 @@ static int schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, vo
         rc = hwt__schedule(timer, run, cancelled, arg, hwt__sat_mul(delay, unit_ns), timeout);
     /* A stopped timer's pool keeps nothing free: a thread refused by the
      * stop gives back what its cache holds (the binding kept the timer
-     * until here; the call counted itself as failed already). */
+     * until here; the call counted itself as failed already). A call that
+     * failed otherwise never reached the cache's clock: it looks now. */
     if (rc == HWT_ESTOPPED && !first)
         hwt__pool_forget_thread(timer);
+    else if (rc != 0 && !first)
+        hwt__pool_note_call(timer);
     if (first)
         hwt__timer_unref_n(timer, 1);
     return rc;

@@ -1449,6 +1449,125 @@ static void test_an_emptied_cache_keeps_its_timer_alive(void **state)
     pthread_join(thread, NULL);
 }
 
+/* A thread that schedules only to be refused (HWT_EREJECTED: the timer is
+ * at max_pending_timeouts) still calls: it gives its cache - the rest of
+ * its chunk - back about once a second. A thread schedules K one-hour
+ * timeouts with handles, up to the limit, then schedules once every 300 ms,
+ * ten times at most: its cache must be empty by then (refused calls never
+ * reached the cache's clock before). */
+struct refused_caller {
+    hwt_timer *timer;
+    size_t k, calls;
+    hwt_timeout *h[32];
+    size_t cached_before, cached_after, made;
+    int failures;
+};
+
+static void *schedule_then_get_refused(void *p)
+{
+    struct refused_caller *s = p;
+    for (size_t i = 0; i < s->k; i++)
+        if (hwt_new_timeout(s->timer, noop, NULL, 1, HWT_HOURS, &s->h[i]) != 0)
+            s->failures++;
+    s->cached_before = hwt__pool_thread_cached(s->timer);
+    s->cached_after = s->cached_before;
+    for (size_t i = 0; i < s->calls && s->cached_after > 0; i++) {
+        hwtt_sleep_ms(300);
+        if (hwt_new_timeout(s->timer, noop, NULL, 1, HWT_HOURS, NULL) != HWT_EREJECTED)
+            s->failures++;
+        s->made = i + 1;
+        s->cached_after = hwt__pool_thread_cached(s->timer);
+    }
+    for (size_t i = 0; i < s->k; i++)
+        hwt_timeout_release(s->h[i]);
+    return NULL;
+}
+
+static void test_a_thread_refused_for_the_limit_gives_its_cache_back(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 10;
+    o.ticks_per_wheel = 64;
+    o.max_pending_timeouts = 20;
+    hwt_timer *timer = hwtt_track(hwtt_timer_opts(&o));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    static struct refused_caller s;
+    s = (struct refused_caller){.timer = timer, .k = 20, .calls = 10};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, schedule_then_get_refused, &s), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  cache of %zu after its schedules, %zu after %zu refused ones 300 ms apart\n",
+                  s.cached_before, s.cached_after, s.made);
+    hwtt_destroy(timer);
+    assert_int_equal(s.failures, 0);
+    assert_true(s.cached_before > 0);
+    assert_int_equal(s.cached_after, 0);
+}
+
+/* The worker gives back what its cache holds before each sleep, also when a
+ * task on timer A scheduled on timer B and so bound A's worker's cache to
+ * B: it gave back nothing of B's then, and slept holding the rest of B's
+ * chunk - once B was stopped, a region of a stopped timer that stayed
+ * mapped. */
+struct cross_timer {
+    hwt_timer *other;
+    size_t n;
+    atomic_size_t cached_after_burst, cached_after_sleep;
+    atomic_bool burst_done, checked;
+    atomic_int failures;
+};
+
+static void burst_on_other(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct cross_timer *x = arg;
+    for (size_t i = 0; i < x->n; i++)
+        if (hwt_new_timeout(x->other, noop, NULL, 1, HWT_HOURS, NULL) != 0)
+            atomic_fetch_add(&x->failures, 1);
+    atomic_store(&x->cached_after_burst, hwt__pool_thread_cached(x->other));
+    atomic_store(&x->burst_done, true);
+}
+
+static void look_at_other(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct cross_timer *x = arg;
+    atomic_store(&x->cached_after_sleep, hwt__pool_thread_cached(x->other));
+    atomic_store(&x->checked, true);
+}
+
+static void test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps(void **state)
+{
+    (void)state;
+    hwt_timer *a = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timer *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(a), 0);
+    assert_int_equal(hwt_timer_start(b), 0);
+    static struct cross_timer x;
+    x = (struct cross_timer){.other = b, .n = 100000};
+    assert_int_equal(hwt_new_timeout(a, burst_on_other, &x, 0, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&x.burst_done), hwtt_slack_ms(10000)));
+    hwt_stats before, after;
+    hwt_timer_stats(a, &before);
+    assert_int_equal(hwt_new_timeout(a, look_at_other, &x, 300, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&x.checked), hwtt_slack_ms(10000)));
+    hwt_timer_stats(a, &after);
+    /* Stopped: every timeout of B ended; only what A's worker caches is left. */
+    assert_int_equal(hwt_stop(b, NULL, NULL), 0);
+    bool empty = hwtt_wait_until(hwt__pool_capacity(&b->pool) == 0, 2000);
+    print_message("  A's worker caches %zu of B's after its burst on B, %zu after %llu sleeps; "
+                  "B's pool holds %zu timeouts 2 s after B's stop\n",
+                  atomic_load(&x.cached_after_burst), atomic_load(&x.cached_after_sleep),
+                  (unsigned long long)(after.wakeups - before.wakeups),
+                  hwt__pool_capacity(&b->pool));
+    assert_int_equal(atomic_load(&x.failures), 0);
+    assert_true(after.wakeups > before.wakeups); /* it slept in between */
+    assert_int_equal(atomic_load(&x.cached_after_sleep), 0);
+    assert_true(empty);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -1493,6 +1612,10 @@ int main(void)
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_an_emptied_cache_keeps_its_timer_alive, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_refused_for_the_limit_gives_its_cache_back,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps,
+                                  hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
