@@ -628,6 +628,30 @@ static void free_timer(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- stats */
 
+/* Timeouts ever queued: a schedule counts once its timeout is queued,
+ * before the call returns (a call that fails never counts). */
+static uint64_t queued_ever(hwt_timer *timer)
+{
+    uint64_t queued = 0;
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        queued += hwt__stack_pushes(&timer->stripes[i].queue);
+    return queued;
+}
+
+/* Timeouts ever ended: run (or handed to the executor), cancelled, or
+ * dropped or handed back by a stop. Each one's queueing is counted before
+ * its end: the worker takes what was queued, a canceller holds a handle
+ * the schedule returned. */
+static uint64_t ended_ever(hwt_timer *timer)
+{
+    uint64_t ended = atomic_load(&timer->expired);
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        ended += hwt__stripe_cancelled(&timer->stripes[i]);
+    return ended;
+}
+
+#define PENDING_READ_TRIES 8
+
 static int64_t read_pending(hwt_timer *timer)
 {
     /* After a stop: 0, also while a schedule that started before it sees
@@ -636,17 +660,25 @@ static int64_t read_pending(hwt_timer *timer)
         return 0;
     if (timer->max_pending > 0)
         return atomic_load_explicit(&timer->pending, memory_order_relaxed);
-    /* Scheduled (counted when a call starts, so a task never sees itself)
-     * minus ended. The stripes are read one by one while others count: a
-     * racing read may be off for a moment, never below 0. */
-    int64_t sum = -(int64_t)atomic_load_explicit(&timer->expired, memory_order_relaxed);
-    for (unsigned i = 0; i < HWT_STRIPES; i++) {
-        struct hwt__stripe *s = &timer->stripes[i];
-        sum += (int64_t)(atomic_load_explicit(&s->started, memory_order_relaxed) -
-                         atomic_load_explicit(&s->failed, memory_order_relaxed) -
-                         hwt__stripe_cancelled(s));
+    /* Queued minus ended, the ends read first: every end counted has its
+     * queueing counted too, so a read is never below the count at the
+     * moment the ends were read. Between two equal reads of the queued
+     * total (no schedule meanwhile) it is the count at that moment; while
+     * schedules keep coming throughout, the lowest of a few tries (it may
+     * then count one made during the call). */
+    uint64_t queued = queued_ever(timer);
+    uint64_t lowest = UINT64_MAX;
+    for (int i = 0; i < PENDING_READ_TRIES; i++) {
+        uint64_t ended = ended_ever(timer);
+        uint64_t queued_after = queued_ever(timer);
+        uint64_t count = queued_after - ended;
+        if (queued_after == queued)
+            return (int64_t)count;
+        if (count < lowest)
+            lowest = count;
+        queued = queued_after;
     }
-    return sum > 0 ? sum : 0;
+    return (int64_t)lowest;
 }
 
 int64_t hwt_pending_timeouts(const hwt_timer *timer)
