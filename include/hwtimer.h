@@ -307,9 +307,10 @@ HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
 /* Timeouts scheduled and not yet run, cancelled or stopped. Goes down the
  * moment hwt_timeout_cancel() returns true, and before a task starts; a
  * schedule counts once it has queued its timeout, before it returns. Read
- * while other threads schedule and cancel, it is never below the count when
- * the call began; with no limit set and schedules coming throughout the
- * call, it may count one made during it. HWT_EINVAL for NULL. Any thread. */
+ * while other threads schedule and cancel, it is never below the count at
+ * some moment of the call; with no limit set and schedules coming
+ * throughout the call, it may count some made during it. HWT_EINVAL for
+ * NULL. Any thread. */
 HWT_EXTERN int64_t hwt_pending_timeouts(const hwt_timer *timer);
 
 /* Fills *stats (see hwt_stats), its reserved space with zeros. NULL for either

@@ -678,7 +678,8 @@ static void flush(struct thread_cache *c)
     ck_stack_entry_t *run = unhook_run(c);
     struct hwt__region *gone = NULL;
     pthread_mutex_lock(&pool->lock);
-    note_allocated(pool, c->allocated, c->took_ns); /* a thread going from timer to timer churns too */
+    /* A thread going from timer to timer churns too. */
+    note_allocated(pool, c->allocated, c->took_ns);
     size_t returned = put_cache_locked(pool, c, run, run_count, &gone);
     /* Its regions' never-used chunks go to whoever needs them. */
     for (struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
@@ -774,11 +775,14 @@ static void give_back_cached(hwt_timer *timer, struct thread_cache *c)
 int64_t hwt__pool_give_back_freed(hwt_timer *timer)
 {
     struct thread_cache *c = &cache;
-    if (c->timer != NULL && c->timer != timer) {
+    if (c->timer != timer) {
         /* A task scheduled on another timer: that timer gets its cache back
-         * now (the worker may sleep for long), and the worker binds to its
-         * own again (failing, its frees go straight to the depot). */
-        flush(c);
+         * now (the worker may sleep for long). Then, or if a stop or destroy
+         * of that timer left the cache unbound, the worker binds to its own
+         * again (failing, its frees go straight to the depot until the next
+         * sleep tries again). */
+        if (c->timer != NULL)
+            flush(c);
         (void)bind(timer);
     }
     struct hwt__pool *pool = &timer->pool;

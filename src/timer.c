@@ -663,9 +663,9 @@ static int64_t read_pending(hwt_timer *timer)
     /* Queued minus ended, the ends read first: every end counted has its
      * queueing counted too, so a read is never below the count at the
      * moment the ends were read. Between two equal reads of the queued
-     * total (no schedule meanwhile) it is the count at that moment; while
+     * total (no schedule meanwhile) it is the count at some moment; while
      * schedules keep coming throughout, the lowest of a few tries (it may
-     * then count one made during the call). */
+     * then count some made during the call). */
     uint64_t queued = queued_ever(timer);
     uint64_t lowest = UINT64_MAX;
     for (int i = 0; i < PENDING_READ_TRIES; i++) {

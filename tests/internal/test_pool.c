@@ -1568,6 +1568,72 @@ static void test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps(voi
     assert_true(empty);
 }
 
+/* The same worker's cache after the other timer's stop refuses its task
+ * (HWT_ESTOPPED): the refused schedule gives the cache back and unbinds it
+ * (hwt__pool_forget_thread), and hwt__pool_give_back_freed rebinds only a
+ * cache bound to another timer, not one bound to none. The worker stays
+ * unbound for good: each timeout of its own timer it frees then takes the
+ * pool's lock (depot_put), instead of one give-back per sleep. A task run
+ * after a sleep finds the worker's cache unbound. (A destroy of the other
+ * timer from a task does the same.) */
+struct rebind_check {
+    hwt_timer *own, *other;
+    atomic_int rc_first, rc_refused;
+    atomic_bool first_done, other_stopped, refused_done, checked, bound_after;
+};
+
+/* One task: schedules on the other timer (binding the worker's cache to
+ * it), waits (bounded) until the test has stopped that timer, and schedules
+ * there again: refused, in the same pass, before any sleep. */
+static void schedule_on_other_twice(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct rebind_check *x = arg;
+    atomic_store(&x->rc_first, hwt_new_timeout(x->other, noop, NULL, 1, HWT_HOURS, NULL));
+    atomic_store(&x->first_done, true);
+    (void)hwtt_wait_until(atomic_load(&x->other_stopped), hwtt_slack_ms(10000));
+    atomic_store(&x->rc_refused, hwt_new_timeout(x->other, noop, NULL, 1, HWT_HOURS, NULL));
+    atomic_store(&x->refused_done, true);
+}
+
+static void look_at_own_binding(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct rebind_check *x = arg;
+    atomic_store(&x->bound_after, hwt__pool_thread_bound(x->own));
+    atomic_store(&x->checked, true);
+}
+
+static void test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again(void **state)
+{
+    (void)state;
+    hwt_timer *a = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    hwt_timer *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(a), 0);
+    assert_int_equal(hwt_timer_start(b), 0);
+    static struct rebind_check x;
+    x = (struct rebind_check){.own = a, .other = b};
+    assert_int_equal(hwt_new_timeout(a, schedule_on_other_twice, &x, 0, HWT_MILLISECONDS, NULL),
+                     0);
+    assert_true(hwtt_wait_until(atomic_load(&x.first_done), hwtt_slack_ms(10000)));
+    assert_int_equal(hwt_stop(b, NULL, NULL), 0);
+    atomic_store(&x.other_stopped, true);
+    assert_true(hwtt_wait_until(atomic_load(&x.refused_done), hwtt_slack_ms(10000)));
+    hwt_stats before, after;
+    hwt_timer_stats(a, &before);
+    assert_int_equal(hwt_new_timeout(a, look_at_own_binding, &x, 300, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(&x.checked), hwtt_slack_ms(10000)));
+    hwt_timer_stats(a, &after);
+    print_message("  task on B: %d, then refused with %d; after %llu sleeps A's worker is %s A\n",
+                  atomic_load(&x.rc_first), atomic_load(&x.rc_refused),
+                  (unsigned long long)(after.wakeups - before.wakeups),
+                  atomic_load(&x.bound_after) ? "bound to" : "NOT bound to");
+    assert_int_equal(atomic_load(&x.rc_first), 0);
+    assert_int_equal(atomic_load(&x.rc_refused), HWT_ESTOPPED);
+    assert_true(after.wakeups > before.wakeups); /* it slept in between */
+    assert_true(atomic_load(&x.bound_after));
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -1616,6 +1682,9 @@ int main(void)
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps,
                                   hwtt_teardown_timers),
+        cmocka_unit_test_teardown(
+            test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again,
+            hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

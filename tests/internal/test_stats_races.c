@@ -159,11 +159,11 @@ static void test_a_schedule_that_fails_is_never_pending_limited(void **state)
 
 /* One timeout is pending at every moment: a thread schedules a new one,
  * then cancels the old one, over and over (the count goes 1, 2, 1, 2...).
- * A read must never be below the count the timer had when it began: never
- * 0 (a read that summed each stripe's schedules, then its cancels, was one
- * short when a pair came in between). While schedules keep coming it may
- * count one made during the call (over 2: printed, not failed). Bounded:
- * 2 s at most, stops at the first wrong read. */
+ * A read must never be below every count the timer had while it ran:
+ * never 0 (a read that summed each stripe's schedules, then its cancels,
+ * was one short when a pair came in between). While schedules keep coming
+ * it may count some made during the call (over 2: printed, not failed).
+ * Bounded: 2 s at most, stops at the first wrong read. */
 static atomic_bool churn_stop;
 static atomic_long churn_pairs;
 
@@ -186,7 +186,7 @@ static void *churn_main(void *p)
     return NULL;
 }
 
-static void test_pending_never_reads_below_the_count_it_began_at(void **state)
+static void test_pending_never_reads_below_every_count_it_had(void **state)
 {
     (void)state;
     hwt_timer *timer = new_timer(-1);
@@ -223,7 +223,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_schedule_that_fails_is_never_pending_limited, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_pending_never_reads_below_the_count_it_began_at, setup,
+        cmocka_unit_test_setup_teardown(test_pending_never_reads_below_every_count_it_had, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
