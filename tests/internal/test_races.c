@@ -1240,7 +1240,11 @@ static void test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other(void
     hwt_timer *timer = new_timer();
     hwtt_rec rec_t = {0}, rec_other = {0};
     hwt_timeout *t, *other;
-    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec_t, 1, HWT_SECONDS, &t), 0);
+    /* Due only once the reschedule below holds it: a slow machine may take
+     * a while to get there, and the slot must not come first. */
+    int64_t due_ms = hwtt_slack_ms(1000);
+    assert_int_equal(
+        hwt_new_timeout_task(timer, &hwtt_rec_task, &rec_t, due_ms, HWT_MILLISECONDS, &t), 0);
     assert_int_equal(
         hwt_new_timeout_task(timer, &hwtt_rec_task, &rec_other, 1, HWT_HOURS, &other), 0);
     expect_in_wheel(t);
@@ -1249,7 +1253,7 @@ static void test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other(void
     struct call earlier;
     begin_reschedule(&earlier, t, 0); /* earlier: held BUSY */
     expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
-    arm(HWT_STEP_WORKER_DEFERS, timer); /* at its slot, 1 s on */
+    arm(HWT_STEP_WORKER_DEFERS, timer); /* at its slot */
     expect_reached(HWT_STEP_WORKER_DEFERS);
     assert_true(hwt_timeout_cancel(other));
     assert_true(hwt_timeout_cancel(t)); /* pushed on top of `other` */
@@ -1281,7 +1285,11 @@ static void test_a_stop_waits_for_a_deferred_timeout_still_being_pushed(void **s
     hwt_timer *timer = new_timer();
     hwtt_rec rec = {0};
     hwt_timeout *t;
-    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 1, HWT_SECONDS, &t), 0);
+    /* Due only once the reschedule below holds it: a slow machine may take
+     * a while to get there, and the slot must not come first. */
+    int64_t due_ms = hwtt_slack_ms(1000);
+    assert_int_equal(
+        hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, due_ms, HWT_MILLISECONDS, &t), 0);
     expect_in_wheel(t);
     arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     struct call earlier;
