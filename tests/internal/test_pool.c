@@ -1538,44 +1538,57 @@ static void look_at_other(hwt_timeout *timeout, void *arg)
     atomic_store(&x->checked, true);
 }
 
+/* Two started timers: A (1 ms tick), whose worker the test watches, and B. */
+static void start_two_timers(hwt_timer **a, hwt_timer **b)
+{
+    *a = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(*a), 0);
+    assert_int_equal(hwt_timer_start(*b), 0);
+}
+
+/* Runs `probe` as a task of `a` 300 ms from now and waits until it sets
+ * *done; how many times A's worker woke meanwhile (it must have slept). */
+static uint64_t probe_after_a_sleep(hwt_timer *a, hwt_task_fn probe, void *arg, atomic_bool *done)
+{
+    hwt_stats before, after;
+    hwt_timer_stats(a, &before);
+    assert_int_equal(hwt_new_timeout(a, probe, arg, 300, HWT_MILLISECONDS, NULL), 0);
+    assert_true(hwtt_wait_until(atomic_load(done), hwtt_slack_ms(10000)));
+    hwt_timer_stats(a, &after);
+    return after.wakeups - before.wakeups;
+}
+
 static void test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps(void **state)
 {
     (void)state;
-    hwt_timer *a = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
-    hwt_timer *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
-    assert_int_equal(hwt_timer_start(a), 0);
-    assert_int_equal(hwt_timer_start(b), 0);
+    hwt_timer *a, *b;
+    start_two_timers(&a, &b);
     static struct cross_timer x;
     x = (struct cross_timer){.other = b, .n = 100000};
     assert_int_equal(hwt_new_timeout(a, burst_on_other, &x, 0, HWT_MILLISECONDS, NULL), 0);
     assert_true(hwtt_wait_until(atomic_load(&x.burst_done), hwtt_slack_ms(10000)));
-    hwt_stats before, after;
-    hwt_timer_stats(a, &before);
-    assert_int_equal(hwt_new_timeout(a, look_at_other, &x, 300, HWT_MILLISECONDS, NULL), 0);
-    assert_true(hwtt_wait_until(atomic_load(&x.checked), hwtt_slack_ms(10000)));
-    hwt_timer_stats(a, &after);
+    uint64_t sleeps = probe_after_a_sleep(a, look_at_other, &x, &x.checked);
     /* Stopped: every timeout of B ended; only what A's worker caches is left. */
     assert_int_equal(hwt_stop(b, NULL, NULL), 0);
     bool empty = hwtt_wait_until(hwt__pool_capacity(&b->pool) == 0, 2000);
     print_message("  A's worker caches %zu of B's after its burst on B, %zu after %llu sleeps; "
                   "B's pool holds %zu timeouts 2 s after B's stop\n",
                   atomic_load(&x.cached_after_burst), atomic_load(&x.cached_after_sleep),
-                  (unsigned long long)(after.wakeups - before.wakeups),
-                  hwt__pool_capacity(&b->pool));
+                  (unsigned long long)sleeps, hwt__pool_capacity(&b->pool));
     assert_int_equal(atomic_load(&x.failures), 0);
-    assert_true(after.wakeups > before.wakeups); /* it slept in between */
+    assert_true(sleeps > 0);
     assert_int_equal(atomic_load(&x.cached_after_sleep), 0);
     assert_true(empty);
 }
 
 /* The same worker's cache after the other timer's stop refuses its task
  * (HWT_ESTOPPED): the refused schedule gives the cache back and unbinds it
- * (hwt__pool_forget_thread), and hwt__pool_give_back_freed rebinds only a
- * cache bound to another timer, not one bound to none. The worker stays
- * unbound for good: each timeout of its own timer it frees then takes the
- * pool's lock (depot_put), instead of one give-back per sleep. A task run
- * after a sleep finds the worker's cache unbound. (A destroy of the other
- * timer from a task does the same.) */
+ * (hwt__pool_forget_thread; a destroy of the other timer from a task does
+ * the same). Before it sleeps the worker binds to its own timer again: it
+ * rebound only a cache bound to another timer, and stayed unbound for good,
+ * each timeout of its own timer it freed taking the pool's lock
+ * (depot_put) instead of one give-back per sleep. */
 struct rebind_check {
     hwt_timer *own, *other;
     atomic_int rc_first, rc_refused;
@@ -1607,10 +1620,8 @@ static void look_at_own_binding(hwt_timeout *timeout, void *arg)
 static void test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again(void **state)
 {
     (void)state;
-    hwt_timer *a = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
-    hwt_timer *b = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
-    assert_int_equal(hwt_timer_start(a), 0);
-    assert_int_equal(hwt_timer_start(b), 0);
+    hwt_timer *a, *b;
+    start_two_timers(&a, &b);
     static struct rebind_check x;
     x = (struct rebind_check){.own = a, .other = b};
     assert_int_equal(hwt_new_timeout(a, schedule_on_other_twice, &x, 0, HWT_MILLISECONDS, NULL),
@@ -1619,18 +1630,13 @@ static void test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again(
     assert_int_equal(hwt_stop(b, NULL, NULL), 0);
     atomic_store(&x.other_stopped, true);
     assert_true(hwtt_wait_until(atomic_load(&x.refused_done), hwtt_slack_ms(10000)));
-    hwt_stats before, after;
-    hwt_timer_stats(a, &before);
-    assert_int_equal(hwt_new_timeout(a, look_at_own_binding, &x, 300, HWT_MILLISECONDS, NULL), 0);
-    assert_true(hwtt_wait_until(atomic_load(&x.checked), hwtt_slack_ms(10000)));
-    hwt_timer_stats(a, &after);
+    uint64_t sleeps = probe_after_a_sleep(a, look_at_own_binding, &x, &x.checked);
     print_message("  task on B: %d, then refused with %d; after %llu sleeps A's worker is %s A\n",
-                  atomic_load(&x.rc_first), atomic_load(&x.rc_refused),
-                  (unsigned long long)(after.wakeups - before.wakeups),
+                  atomic_load(&x.rc_first), atomic_load(&x.rc_refused), (unsigned long long)sleeps,
                   atomic_load(&x.bound_after) ? "bound to" : "NOT bound to");
     assert_int_equal(atomic_load(&x.rc_first), 0);
     assert_int_equal(atomic_load(&x.rc_refused), HWT_ESTOPPED);
-    assert_true(after.wakeups > before.wakeups); /* it slept in between */
+    assert_true(sleeps > 0);
     assert_true(atomic_load(&x.bound_after));
 }
 
