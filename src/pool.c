@@ -200,9 +200,8 @@ static size_t timeouts_in_region(size_t region_bytes)
 #define TRIM_SLACK_NS (25 * INT64_C(1000000)) /* a jiffy at HZ=100 is 10 ms */
 /* A thread that keeps calling gives back what its cache holds about this
  * often (an allocation looks at the time each call, a free every few): a
- * thread that frees as much as it takes would
- * otherwise keep the same ones, and their regions, for as long as it
- * lives. */
+ * thread that frees as much as it takes would otherwise keep the same
+ * ones, and their regions, for as long as it lives. */
 #define CACHE_GIVE_BACK_NS (1000 * INT64_C(1000000))
 /* Frees between two looks at the (coarse, ~7 ns) clock: a thread that only
  * releases handles, a few a second, still gives back within seconds. The
