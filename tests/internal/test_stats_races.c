@@ -16,7 +16,6 @@
 #include "alloc.h"
 #include "helpers.h"
 #include "internal.h"
-#include "pool.h"
 
 /* ------------------------------------------------ a pausing alloc hook */
 
@@ -60,7 +59,7 @@ static int teardown(void **state)
     return hwtt_teardown_timers(state);
 }
 
-static void noop_a(hwt_timeout *t, void *arg)
+static void noop(hwt_timeout *t, void *arg)
 {
     (void)t;
     (void)arg;
@@ -70,7 +69,6 @@ static void noop_a(hwt_timeout *t, void *arg)
 struct paused_call {
     pthread_t thread;
     hwt_timer *timer;
-    hwt_task_fn run;
     atomic_bool done;
     int rc;
 };
@@ -79,17 +77,16 @@ static void *paused_call_main(void *p)
 {
     struct paused_call *c = p;
     paused_here = true;
-    c->rc = hwt_new_timeout(c->timer, c->run, NULL, 1, HWT_HOURS, NULL);
+    c->rc = hwt_new_timeout(c->timer, noop, NULL, 1, HWT_HOURS, NULL);
     paused_here = false;
     atomic_store(&c->done, true);
     return NULL;
 }
 
-static void begin_paused(struct paused_call *c, hwt_timer *timer, hwt_task_fn run)
+static void begin_paused(struct paused_call *c, hwt_timer *timer)
 {
     memset(c, 0, sizeof *c);
     c->timer = timer;
-    c->run = run;
     assert_int_equal(pthread_create(&c->thread, NULL, paused_call_main, c), 0);
     assert_true(hwtt_wait_until(atomic_load(&hook_reached), hwtt_slack_ms(5000)));
 }
@@ -126,7 +123,7 @@ static void test_a_schedule_that_fails_is_never_pending(void **state)
     assert_int_equal(hwt_timer_start(timer), 0);
     arm_hook(true);
     struct paused_call c;
-    begin_paused(&c, timer, noop_a); /* inside its call, at its first allocation */
+    begin_paused(&c, timer); /* inside its call, at its first allocation */
     int64_t pending_seen = hwt_pending_timeouts(timer);
     hwt_stats s;
     hwt_timer_stats(timer, &s);
@@ -149,7 +146,7 @@ static void test_a_schedule_that_fails_is_never_pending_limited(void **state)
     assert_int_equal(hwt_timer_start(timer), 0);
     arm_hook(true);
     struct paused_call c;
-    begin_paused(&c, timer, noop_a);
+    begin_paused(&c, timer);
     int64_t pending_seen = hwt_pending_timeouts(timer);
     finish_paused(&c);
     assert_int_equal(c.rc, HWT_ENOMEM);
@@ -171,11 +168,11 @@ static void *churn_main(void *p)
 {
     hwt_timer *timer = p;
     hwt_timeout *old;
-    if (hwt_new_timeout(timer, noop_a, NULL, 1, HWT_HOURS, &old) != 0)
+    if (hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &old) != 0)
         return NULL;
     while (!atomic_load(&churn_stop)) {
         hwt_timeout *next;
-        if (hwt_new_timeout(timer, noop_a, NULL, 1, HWT_HOURS, &next) != 0)
+        if (hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, &next) != 0)
             break;
         hwt_timeout_cancel(old);
         hwt_timeout_release(old);
