@@ -408,9 +408,19 @@ void hwt__run_cancelled_callback(hwt_timeout *timeout)
     }
 }
 
+/* Only a holder of a reference ever adds one (a reschedule holds the
+ * user's handle, the worker its in-flight one), so a count of 1 read by
+ * the holder of that 1 cannot change under it: the last reference goes
+ * without a locked operation. The acquire pairs with the other holders'
+ * decrements (acq_rel), so their writes come before the free. That is the
+ * common case on the worker, which drops each cancelled timeout after its
+ * user has released it; the locked decrement there halved the worker's
+ * walk (bench/README.md, "Churn"). */
 void hwt__timeout_unref(hwt_timeout *timeout)
 {
-    uint8_t prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
+    uint8_t prev = atomic_load_explicit(&timeout->refs, memory_order_acquire);
+    if (prev != 1)
+        prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
 #ifdef HWT_DEBUG
     if (prev == 0) { /* caught, reported, and ignored: the memory stays pooled */
         atomic_fetch_add_explicit(&timeout->refs, 1, memory_order_relaxed);
