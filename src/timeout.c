@@ -414,8 +414,8 @@ void hwt__run_cancelled_callback(hwt_timeout *timeout)
  * without a locked operation. The acquire pairs with the other holders'
  * decrements (acq_rel), so their writes come before the free. That is the
  * common case on the worker, which drops each cancelled timeout after its
- * user has released it; the locked decrement there halved the worker's
- * walk (bench/README.md, "Churn"). */
+ * user has released it; the locked decrement there cost over a third of
+ * the worker's walk (bench/README.md, "The last reference"). */
 void hwt__timeout_unref(hwt_timeout *timeout)
 {
     uint8_t prev = atomic_load_explicit(&timeout->refs, memory_order_acquire);
