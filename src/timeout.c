@@ -419,7 +419,9 @@ void hwt__run_cancelled_callback(hwt_timeout *timeout)
 void hwt__timeout_unref(hwt_timeout *timeout)
 {
     uint8_t prev = atomic_load_explicit(&timeout->refs, memory_order_acquire);
-    if (prev != 1)
+    if (prev == 1) /* 0 as if decremented: a release more (a bug) sees it */
+        atomic_store_explicit(&timeout->refs, 0, memory_order_relaxed);
+    else
         prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
 #ifdef HWT_DEBUG
     if (prev == 0) { /* caught, reported, and ignored: the memory stays pooled */
