@@ -415,15 +415,13 @@ void hwt__run_cancelled_callback(hwt_timeout *timeout)
  * decrements (acq_rel), so their writes come before the free. That is the
  * common case on the worker, which drops each cancelled timeout after its
  * user has released it; the locked decrement there cost over a third of
- * the worker's walk (bench/README.md, "The last reference"). */
+ * the worker's walk (bench/README.md, "The last reference"). A debug build
+ * always decrements: of two releases racing for the last reference (one
+ * too many, a bug), exactly one then reads 0 and is caught. */
 void hwt__timeout_unref(hwt_timeout *timeout)
 {
-    uint8_t prev = atomic_load_explicit(&timeout->refs, memory_order_acquire);
-    if (prev == 1) /* 0 as if decremented: a release more (a bug) sees it */
-        atomic_store_explicit(&timeout->refs, 0, memory_order_relaxed);
-    else
-        prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
 #ifdef HWT_DEBUG
+    uint8_t prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
     if (prev == 0) { /* caught, reported, and ignored: the memory stays pooled */
         atomic_fetch_add_explicit(&timeout->refs, 1, memory_order_relaxed);
         hwt__log(hwt__timer_of(timeout), HWT_LOG_ERROR,
@@ -431,6 +429,10 @@ void hwt__timeout_unref(hwt_timeout *timeout)
                  (void *)timeout);
         return;
     }
+#else
+    uint8_t prev = atomic_load_explicit(&timeout->refs, memory_order_acquire);
+    if (prev != 1)
+        prev = atomic_fetch_sub_explicit(&timeout->refs, 1, memory_order_acq_rel);
 #endif
     if (prev == 1) {
         hwt_timer *timer = hwt__timer_of(timeout);

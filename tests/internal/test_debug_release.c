@@ -12,6 +12,8 @@
  * Without HWT_DEBUG (the default) the tests skip: double release is then
  * undefined behaviour, as documented.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,16 +24,22 @@
 
 static hwtt_log dlog;
 
-static hwt_timer *debug_timer(void)
+/* Options that log into dlog (cleared). */
+static void debug_options(hwt_options *o)
 {
     memset(&dlog, 0, sizeof dlog);
+    hwt_options_init(o);
+    o->tick_duration = 1;
+    o->tick_unit = HWT_MILLISECONDS;
+    o->ticks_per_wheel = 64;
+    o->log = hwtt_log_cb;
+    o->log_ctx = &dlog;
+}
+
+static hwt_timer *debug_timer(void)
+{
     hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.tick_unit = HWT_MILLISECONDS;
-    o.ticks_per_wheel = 64;
-    o.log = hwtt_log_cb;
-    o.log_ctx = &dlog;
+    debug_options(&o);
     return hwtt_track(hwtt_timer_opts(&o));
 }
 
@@ -165,6 +173,87 @@ static void test_correct_use_logs_nothing(void **state)
     assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 0);
     assert_int_equal(atomic_load(&r[2].cb), 1);
 }
+
+/* Two threads release the last reference of each of RACE_N handles (the
+ * task ran, the worker dropped its in-flight reference) in lockstep: one
+ * release frees the timeout, the other is one too many and must log once -
+ * never both free it (the memory would go into the pool twice, and two
+ * later timeouts would share it). A load of 1 and a store of 0 would let
+ * both through: the check needs the decrement itself. */
+enum { RACE_N = 20000, RACE_ROUNDS = 10 };
+
+static hwt_timeout *race_handles[RACE_N];
+static atomic_uint race_arrived;
+
+/* Both threads release race_handles[i] together, i = 0 .. RACE_N-1. The
+ * one that leaves the meeting last is some 100 ns behind (it waits for the other's
+ * write), much longer than the race's window: the first one waits a little
+ * more, a different while for each i, so that some pairs meet in it. */
+static void *releaser(void *arg)
+{
+    const bool lag = arg != NULL;
+    for (unsigned i = 0; i < RACE_N; i++) {
+        atomic_fetch_add(&race_arrived, 1);
+        unsigned spins = 0;
+        while (atomic_load(&race_arrived) < 2 * (i + 1))
+            if (++spins % 1024 == 0)
+                sched_yield(); /* the other thread may be off the CPU */
+        if (lag)
+            for (volatile unsigned k = 0; k < i % 256; k++) {
+            }
+        hwt_timeout_release(race_handles[i]);
+    }
+    return NULL;
+}
+
+static void test_concurrent_double_release_is_caught(void **state)
+{
+    (void)state;
+    hwt_options o;
+    debug_options(&o);
+    /* Not tracked: if releases went into the pool twice, its depot is
+     * corrupt, and a destroy would walk it. */
+    hwt_timer *t = hwtt_timer_opts(&o);
+    static atomic_int ran;
+    atomic_store(&ran, 0);
+    /* Rounds until a pair is missed, RACE_ROUNDS at most: the two threads
+     * must be on the CPUs together (another job may hold one for a while). */
+    int errors = 0, expected = 0;
+    for (int round = 0; round < RACE_ROUNDS && errors == expected; round++) {
+        /* Each handle with a pending timeout beside it in the pool, kept to
+         * the end: a region whose timeouts the depot counted free twice is
+         * not unmapped under the handles still to be released. */
+        for (int i = 0; i < RACE_N; i++) {
+            assert_int_equal(
+                hwt_new_timeout(t, hwtt_count_task, &ran, 0, HWT_MILLISECONDS, &race_handles[i]),
+                0);
+            assert_int_equal(hwt_new_timeout(t, hwtt_count_task, &ran, 1, HWT_HOURS, NULL), 0);
+        }
+        /* Each ran and the worker dropped its reference: the handle's is the last. */
+        assert_true(hwtt_wait_until(({
+                                        int n = 0;
+                                        for (int i = 0; i < RACE_N; i++)
+                                            n += atomic_load_explicit(&race_handles[i]->refs,
+                                                                      memory_order_acquire) == 1;
+                                        n == RACE_N;
+                                    }),
+                                    hwtt_slack_ms(10000)));
+        assert_int_equal(atomic_load(&ran), (round + 1) * RACE_N);
+
+        atomic_store(&race_arrived, 0);
+        pthread_t a, b;
+        assert_int_equal(pthread_create(&a, NULL, releaser, (void *)1), 0);
+        assert_int_equal(pthread_create(&b, NULL, releaser, NULL), 0);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        expected += RACE_N;
+        errors = atomic_load(&dlog.count[HWT_LOG_ERROR]);
+        print_message("  round %d: %d of %d double releases caught (%d freed twice)\n", round,
+                      errors, expected, expected - errors);
+    }
+    assert_int_equal(errors, expected);
+    hwt_timer_destroy(t); /* drops the pending ones */
+}
 #else
 static void test_skipped_without_hwt_debug(void **state)
 {
@@ -183,6 +272,7 @@ int main(void)
         cmocka_unit_test_teardown(test_double_release_of_a_handle, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_double_release_after_stop_list, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_correct_use_logs_nothing, hwtt_teardown_timers),
+        cmocka_unit_test(test_concurrent_double_release_is_caught),
 #else
         cmocka_unit_test(test_skipped_without_hwt_debug),
 #endif
