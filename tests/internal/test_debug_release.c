@@ -186,9 +186,9 @@ static hwt_timeout *race_handles[RACE_N];
 static atomic_uint race_arrived;
 
 /* Both threads release race_handles[i] together, i = 0 .. RACE_N-1. The
- * one that leaves the meeting last is some 100 ns behind (it waits for the other's
- * write), much longer than the race's window: the first one waits a little
- * more, a different while for each i, so that some pairs meet in it. */
+ * one that leaves the meeting last is some 100 ns behind (it waits for the
+ * other's write), much longer than the race's window: the first one waits a
+ * little more, a different while for each i, so that some pairs meet in it. */
 static void *releaser(void *arg)
 {
     const bool lag = arg != NULL;
