@@ -176,6 +176,7 @@ struct hwt__worker {
     size_t deferred;          /* out of the wheel for a reschedule (HWT_W_DEFERRED) */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;     /* the stripe transfer starts with */
+    bool naps;                /* precise sleeps with short CPU turns: may nap (hwt__plan_nap) */
     uint64_t took[HWT_STRIPES]; /* timeouts ever taken from each stripe's queue */
     /* Per stripe, what the worker took from the stack but has not moved yet
      * (the transfer budget ran out), linked by queue_link: those due soon

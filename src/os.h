@@ -42,8 +42,10 @@ void hwt__os_name_thread(const char *name);
 
 /* Makes the calling thread's timed sleeps end on time instead of being
  * deferred to coalesce wake-ups (Linux's timer slack: 50 us by default,
- * set to 1 ns). Best effort. */
-void hwt__os_precise_sleeps(void);
+ * set to 1 ns), and its wake-ups take a CPU at once instead of waiting for
+ * a busy thread's turn to end (short turns on the CPU, where the scheduler
+ * offers them). Best effort: true if the wake-ups now take a CPU at once. */
+bool hwt__os_precise_sleeps(void);
 
 /* --------------------------------------------------------- memory */
 

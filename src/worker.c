@@ -583,6 +583,7 @@ static void run_loop(hwt_timer *timer)
         .cancel_latency_ns = timer->cancel_latency_ns,
         .max_transfers = timer->max_transfers,
         .backlog_kick = timer->backlog_kick,
+        .naps = timer->worker.naps,
     };
     const int64_t tick = policy.tick_ns;
     bool slept_soon = true;    /* the last sleep was planned within the latency */
@@ -670,6 +671,11 @@ static void run_loop(hwt_timer *timer)
             if (trim_at < until)
                 until = trim_at;
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
+                bump(&timer->wakeups, 1);
+        } else {
+            int64_t nap_until = hwt__plan_nap(&policy, &seen, &plan, &now_seen);
+            if (nap_until >= 0 && hwt__sleep(timer->sleep_mode, &timer->wake_seq, key,
+                                             hwt__sat_add(timer->start_ns, nap_until)))
                 bump(&timer->wakeups, 1);
         }
         atomic_store(&timer->wake_before, INT64_MIN);
@@ -841,8 +847,13 @@ void *hwt__worker_main(void *arg)
     hwt__current_worker = timer;
     timer->worker.moved_queued_min = INT64_MAX;
     hwt__os_name_thread(timer->thread_name);
+    /* Wake on time, not 50 us late. A nap in a burst (hwt__plan_nap) is
+     * worth it only if its wake-up takes a CPU at once: without short
+     * turns, the producers of a burst that hold every CPU keep it waiting,
+     * and expire's tail grew (bench/README.md, "A worker that chases a
+     * burst"). */
     if (timer->sleep_mode == HWT_SLEEP_PRECISE)
-        hwt__os_precise_sleeps(); /* wake on time, not 50 us late */
+        timer->worker.naps = hwt__os_precise_sleeps();
 
     hwt__step_reached(HWT_STEP_WORKER_STARTING, timer);
     pthread_mutex_lock(&timer->lifecycle_lock);

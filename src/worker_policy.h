@@ -23,7 +23,8 @@
  *   6. the ticks that ended during all that (hwt__plan_last_tick again);
  *   7. when to wake and what producers and cancellers must wake it for
  *      (hwt__plan_sleep), then, once that is published, whether to sleep
- *      at all (hwt__plan_may_sleep).
+ *      at all (hwt__plan_may_sleep), and if not, whether to nap before the
+ *      next pass (hwt__plan_nap).
  */
 #ifndef HWT_WORKER_POLICY_H
 #define HWT_WORKER_POLICY_H
@@ -94,6 +95,20 @@
  * producers share the CPUs, and at least 2 ticks (hwt__plan_soon_ns). */
 #define HWT_SOON_NS (8 * INT64_C(1000000))
 
+/* A burst's pace (hwt__plan_nap): while a tick is due by the end of this
+ * one and new timeouts keep coming, the worker waits up to a quarter of a
+ * tick, at most HWT_NAP_MAX_NS, between two passes instead of passing
+ * again at once (thousands of passes of a dozen timeouts each, a worker
+ * that never sleeps and competes for the CPUs with the producers). Only
+ * with HWT_SLEEP_PRECISE (the others sleep whole milliseconds) and short
+ * turns on a CPU (os.h), without which a nap's wake-up waits for a busy
+ * producer's turn to end. Long
+ * enough for a pass to find a few hundred timeouts, short enough that what
+ * comes in during a tick is moved within it. Not under HWT_NAP_MIN_NS: a
+ * system call for less is not worth it. */
+#define HWT_NAP_MAX_NS (250 * INT64_C(1000))
+#define HWT_NAP_MIN_NS (10 * INT64_C(1000))
+
 /* ------------------------------------------------------------------------
  * Thresholds derived from the options (computed once, at create).
  */
@@ -152,6 +167,7 @@ struct hwt__policy {
     int64_t cancel_latency_ns; /* hwt__cancel_latency(tick_ns) */
     uint32_t max_transfers;    /* max_transfers_per_tick: the budget of a pass */
     uint64_t backlog_kick;     /* hwt__backlog_kick(max_transfers) */
+    bool naps;                 /* precise sleeps with short CPU turns: hwt__plan_nap */
 };
 
 /* Step 1. Cancellations found waiting after a sleep that was not planned to
@@ -317,6 +333,33 @@ static inline bool hwt__plan_may_sleep(const struct hwt__policy *p,
     if (!plan->cancel_watch && r->queued > 0)
         return false;
     return r->earliest_queued >= plan->move_now_before && r->queued < (int64_t)p->backlog_kick;
+}
+
+/* When hwt__plan_may_sleep says not to sleep as planned: how long to wait
+ * before the next pass anyway (see HWT_NAP_MAX_NS). Returns the time (ns
+ * since the start) to wake at, or -1 to pass again at once: for a
+ * reschedule's or a cancel's entry, a backlog at the kick threshold, a
+ * tick that ended and is not processed yet (a queued timeout is due in
+ * it), or where the worker does not nap (!p->naps). Never past the end of
+ * the current tick, nor past the planned wake-up: what the nap lets wait
+ * is moved before the tick it may be due in is processed, so no timeout
+ * runs later for it. */
+static inline int64_t hwt__plan_nap(const struct hwt__policy *p,
+                                    const struct hwt__sleep_snapshot *s,
+                                    const struct hwt__sleep_plan *plan,
+                                    const struct hwt__recheck *r)
+{
+    if (!p->naps || r->moved_waiting || (!plan->cancel_watch && r->cancels_waiting) ||
+        r->queued >= (int64_t)p->backlog_kick || s->cur < s->now / p->tick_ns)
+        return -1;
+    int64_t nap = p->tick_ns / 4 < HWT_NAP_MAX_NS ? p->tick_ns / 4 : HWT_NAP_MAX_NS;
+    int64_t until = hwt__sat_add(s->now, nap);
+    int64_t tick_end = hwt__sat_mul(s->now / p->tick_ns + 1, p->tick_ns);
+    if (until > tick_end)
+        until = tick_end;
+    if (until > plan->wake_at)
+        until = plan->wake_at;
+    return until - s->now >= HWT_NAP_MIN_NS ? until : -1;
 }
 
 #endif

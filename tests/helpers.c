@@ -193,7 +193,9 @@ int hwtt_teardown_timers(void **state)
     return 0;
 }
 
-int hwtt_threads_named(const char *name)
+/* The number of this process's threads named `name` (-1: /proc unreadable),
+ * and the id of one of them in *tid. */
+static int scan_threads_named(const char *name, pid_t *tid)
 {
     DIR *d = opendir("/proc/self/task");
     if (!d)
@@ -210,13 +212,27 @@ int hwtt_threads_named(const char *name)
             continue;
         if (fgets(comm, sizeof comm, f)) {
             comm[strcspn(comm, "\n")] = '\0';
-            if (strcmp(comm, name) == 0)
+            if (strcmp(comm, name) == 0) {
                 n++;
+                *tid = (pid_t)atoi(e->d_name);
+            }
         }
         fclose(f);
     }
     closedir(d);
     return n;
+}
+
+int hwtt_threads_named(const char *name)
+{
+    pid_t tid;
+    return scan_threads_named(name, &tid);
+}
+
+pid_t hwtt_thread_named(const char *name)
+{
+    pid_t tid = -1;
+    return scan_threads_named(name, &tid) == 1 ? tid : -1;
 }
 
 void hwtt_apply_filters(void)

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <cmocka.h>
 
 #include "hwtimer.h"
@@ -96,6 +97,8 @@ int hwtt_teardown_timers(void **state);
 /* Number of threads of this process whose name (comm) is exactly `name`;
  * -1 if /proc cannot be read. */
 int hwtt_threads_named(const char *name);
+/* The id of this process's one thread named `name`, or -1 (none, or more). */
+pid_t hwtt_thread_named(const char *name);
 
 /* Applies the optional environment filters of a suite run by hand:
  * HWTT_FILTER='test_stop*' runs only matching tests, HWTT_SKIP skips them.

@@ -9,9 +9,14 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define US INT64_C(1000)
 #define MS INT64_C(1000000)
@@ -313,6 +318,125 @@ static void test_invalid_mode_rejected(void **state)
     }
 }
 
+/* ------------------------------------------------- the worker's CPU turns */
+
+/* Linux's struct sched_attr, first version (48 bytes), as src/os_linux.c. */
+struct kernel_sched_attr {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+};
+
+#define SHORT_TURN_NS UINT64_C(100000)
+
+static struct kernel_sched_attr sched_attr_of(pid_t tid)
+{
+    struct kernel_sched_attr a;
+    memset(&a, 0, sizeof a);
+    assert_int_equal(syscall(SYS_sched_getattr, tid, &a, (unsigned)sizeof a, 0), 0);
+    return a;
+}
+
+/* Whether this kernel keeps a SCHED_OTHER thread's own turn (Linux 6.12):
+ * asked on a thread of its own, which then ends. */
+static void *probe_custom_turns(void *arg)
+{
+    struct kernel_sched_attr a = sched_attr_of(0);
+    a.size = sizeof a;
+    a.sched_runtime = SHORT_TURN_NS;
+    *(bool *)arg = syscall(SYS_sched_setattr, 0, &a, 0) == 0 &&
+                   sched_attr_of(0).sched_runtime == SHORT_TURN_NS;
+    return NULL;
+}
+
+static bool kernel_has_custom_turns(void)
+{
+    bool has = false;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, probe_custom_turns, &has), 0);
+    pthread_join(t, NULL);
+    return has;
+}
+
+/* Starts a timer of `mode` whose worker is named `name` and returns its
+ * worker's scheduling attributes. */
+static struct kernel_sched_attr worker_attr(hwt_sleep_mode mode, const char *name,
+                                            const pthread_attr_t *thread_attr)
+{
+    hwt_options o = opts(1, HWT_MILLISECONDS, mode, NULL);
+    o.thread_name = name;
+    o.thread_attr = thread_attr;
+    hwt_timer *timer = NULL;
+    assert_int_equal(hwt_timer_create(&timer, &o), 0);
+    hwtt_track(timer);
+    assert_int_equal(hwt_timer_start(timer), 0);
+    pid_t tid = hwtt_thread_named(name);
+    assert_true(tid > 0);
+    return sched_attr_of(tid);
+}
+
+static void *start_precise_at_nice_3(void *arg)
+{
+    assert_int_equal(setpriority(PRIO_PROCESS, (id_t)gettid(), 3), 0);
+    *(struct kernel_sched_attr *)arg = worker_attr(HWT_SLEEP_PRECISE, "hwt-turns-nice", NULL);
+    return NULL;
+}
+
+/* A PRECISE worker asks for the shortest turns on a CPU, so that a wake-up
+ * takes a CPU from a busy thread at once (os.h); it keeps the nice value it
+ * inherited and leaves a policy its thread_attr chose. Other modes sleep in
+ * whole milliseconds and keep the default turn. */
+static void test_precise_worker_takes_short_turns(void **state)
+{
+    (void)state;
+    if (!kernel_has_custom_turns())
+        skip(); /* before Linux 6.12 the request is ignored */
+    uint64_t default_turn = sched_attr_of(0).sched_runtime;
+    assert_true(default_turn != SHORT_TURN_NS);
+
+    struct kernel_sched_attr a = worker_attr(HWT_SLEEP_PRECISE, "hwt-turns-prec", NULL);
+    assert_int_equal(a.sched_policy, SCHED_OTHER);
+    assert_true(a.sched_runtime == SHORT_TURN_NS);
+    assert_int_equal(a.sched_nice, sched_attr_of(0).sched_nice);
+
+    a = worker_attr(HWT_SLEEP_MILLIS, "hwt-turns-ms", NULL);
+    assert_true(a.sched_runtime == default_turn);
+
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, start_precise_at_nice_3, &a), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(a.sched_nice, 3);
+    assert_true(a.sched_runtime == SHORT_TURN_NS);
+
+    /* glibc's thread attributes offer SCHED_FIFO and SCHED_RR besides
+     * SCHED_OTHER, both for privileged threads only: where creating one is
+     * refused, there is nothing more to check. */
+    pthread_attr_t fifo;
+    struct sched_param lowest = {.sched_priority = sched_get_priority_min(SCHED_FIFO)};
+    assert_int_equal(pthread_attr_init(&fifo), 0);
+    assert_int_equal(pthread_attr_setinheritsched(&fifo, PTHREAD_EXPLICIT_SCHED), 0);
+    assert_int_equal(pthread_attr_setschedpolicy(&fifo, SCHED_FIFO), 0);
+    assert_int_equal(pthread_attr_setschedparam(&fifo, &lowest), 0);
+    hwt_options o = opts(1, HWT_MILLISECONDS, HWT_SLEEP_PRECISE, NULL);
+    o.thread_name = "hwt-turns-fifo";
+    o.thread_attr = &fifo;
+    hwt_timer *timer = NULL;
+    assert_int_equal(hwt_timer_create(&timer, &o), 0);
+    hwtt_track(timer);
+    if (hwt_timer_start(timer) == 0) {
+        a = sched_attr_of(hwtt_thread_named("hwt-turns-fifo"));
+        assert_int_equal(a.sched_policy, SCHED_FIFO);
+        assert_int_equal(a.sched_priority, lowest.sched_priority);
+    }
+    hwtt_destroy(timer);
+    pthread_attr_destroy(&fifo);
+}
+
 /* ------------------------------------------------------------------- main */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, hwtt_teardown_timers)
@@ -322,6 +446,7 @@ int main(void)
     hwtt_watchdog(150);
     const struct CMUnitTest tests[] = {
         T(test_precise_fires_in_window),
+        T(test_precise_worker_takes_short_turns),
         T(test_millis_fires_in_window),
         T(test_windows_fires_in_window),
         T(test_windows_10ms_tick_fires),

@@ -372,6 +372,75 @@ static void test_what_keeps_the_worker_awake(void **state)
     assert_false(hwt__plan_may_sleep(&p, &due, &r));
 }
 
+/* A burst's pace: when a tick is due by the end of this one and new
+ * timeouts keep coming, the worker naps a quarter of a tick (at most
+ * 250 us) instead of passing again at once - never past the current tick's
+ * end, so what it lets wait is moved before the tick it may be due in is
+ * processed. */
+static void test_a_burst_naps_within_the_tick(void **state)
+{
+    (void)state;
+    struct hwt__policy p = policy(1 * MS, 100000);
+    p.naps = true;
+    struct hwt__sleep_snapshot s = quiet(10); /* 10.5 ms, tick 10 due at 11 ms */
+    struct hwt__sleep_plan due = hwt__plan_sleep(&p, &s);
+    struct hwt__recheck r = nothing_new;
+    r.queued = 1;
+    r.earliest_queued = INT64_MAX - 1;
+    assert_false(hwt__plan_may_sleep(&p, &due, &r));
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == s.now + 250 * US);
+
+    /* Never past the tick's end; nothing under 10 us. */
+    s.now = 10 * MS + 900 * US;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == 11 * MS);
+    s.now = 11 * MS - 9 * US;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+    /* Nor past the planned wake-up. */
+    s.now = 10 * MS + MS / 2;
+    struct hwt__sleep_plan early = due;
+    early.wake_at = s.now + 100 * US;
+    assert_true(hwt__plan_nap(&p, &s, &early, &r) == s.now + 100 * US);
+
+    /* A tick that ended and is not processed (a queued timeout is due in
+     * it): pass again at once. */
+    s.cur = 9;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+    s.cur = 10;
+
+    /* Nor for a reschedule's entry, cancels the plan does not wake for, or
+     * a backlog at the kick threshold. */
+    r.moved_waiting = true;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+    r.moved_waiting = false;
+    struct hwt__sleep_plan unwatched = due;
+    unwatched.cancel_watch = false;
+    r.cancels_waiting = true;
+    assert_true(hwt__plan_nap(&p, &s, &unwatched, &r) == -1);
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == s.now + 250 * US); /* watched: they wait */
+    r.cancels_waiting = false;
+    r.queued = (int64_t)p.backlog_kick;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+    r.queued = 1;
+
+    /* A quarter of a short tick; none where a quarter is under 10 us. */
+    struct hwt__policy fine = policy(100 * US, 100000);
+    fine.naps = true;
+    struct hwt__sleep_snapshot f = quiet(105); /* 10.5 ms: tick 105, due at 10.6 */
+    f.cur = 105;
+    struct hwt__sleep_plan fine_due = hwt__plan_sleep(&fine, &f);
+    assert_true(hwt__plan_nap(&fine, &f, &fine_due, &r) == f.now + 25 * US);
+    struct hwt__policy tiny = policy(20 * US, 100000);
+    tiny.naps = true;
+    struct hwt__sleep_snapshot t = quiet(525); /* 10.5 ms: tick 525 */
+    t.cur = 525;
+    struct hwt__sleep_plan tiny_due = hwt__plan_sleep(&tiny, &t);
+    assert_true(hwt__plan_nap(&tiny, &t, &tiny_due, &r) == -1);
+
+    /* Sleeps in whole milliseconds (MILLIS, WINDOWS): no nap. */
+    p.naps = false;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+}
+
 /* A one-bucket wheel allows a tick up to INT64_MAX - 1 ns (the wheel's span
  * fits): now + the cancel latency (the tick) would overflow, which C leaves
  * undefined and which, wrapped, planned a wake-up for tick -1, in the past
@@ -406,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_ticks_ahead_stop_at_the_earliest_queued),
         cmocka_unit_test(test_transfer_slices),
         cmocka_unit_test(test_what_keeps_the_worker_awake),
+        cmocka_unit_test(test_a_burst_naps_within_the_tick),
         cmocka_unit_test(test_a_huge_tick_plans_no_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
