@@ -235,6 +235,29 @@ pid_t hwtt_thread_named(const char *name)
     return scan_threads_named(name, &tid) == 1 ? tid : -1;
 }
 
+int hwtt_read_task_file(pid_t tid, const char *file, const char *key, char *buf, size_t n)
+{
+    char path[128], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int rc = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (key == NULL || strncmp(line, key, strlen(key)) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            const char *src = key ? line + strlen(key) : line;
+            size_t len = strlen(src) < n ? strlen(src) : n - 1;
+            memcpy(buf, src, len);
+            buf[len] = '\0';
+            rc = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
 void hwtt_apply_filters(void)
 {
     if (getenv("HWTT_FILTER"))

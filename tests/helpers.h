@@ -97,6 +97,11 @@ int hwtt_teardown_timers(void **state);
 /* Number of threads of this process whose name (comm) is exactly `name`;
  * -1 if /proc cannot be read. */
 int hwtt_threads_named(const char *name);
+/* Reads the line of /proc/self/task/<tid>/<file> that starts with `key`
+ * (the first line if key is NULL), without the key and the newline, into
+ * buf. 0 on success. */
+int hwtt_read_task_file(pid_t tid, const char *file, const char *key, char *buf, size_t n);
+
 /* The id of this process's one thread named `name`, or -1 (none, or more). */
 pid_t hwtt_thread_named(const char *name);
 

@@ -25,31 +25,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* Reads /proc/self/task/<tid>/<file> line starting with `key` (or the first
- * line if key is NULL) into buf without the newline. 0 on success. */
-static int read_task_file(pid_t tid, const char *file, const char *key, char *buf, size_t n)
-{
-    char path[128], line[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, file);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int rc = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (key == NULL || strncmp(line, key, strlen(key)) == 0) {
-            line[strcspn(line, "\n")] = '\0';
-            const char *src = key ? line + strlen(key) : line;
-            size_t len = strlen(src) < n ? strlen(src) : n - 1;
-            memcpy(buf, src, len);
-            buf[len] = '\0';
-            rc = 0;
-            break;
-        }
-    }
-    fclose(f);
-    return rc;
-}
-
 /* What a task sees of the thread it runs on. */
 typedef struct probe {
     atomic_int done;
@@ -699,7 +674,7 @@ static void check_worker_name(const char *given, const char *want)
     hwt_timer *t = hwtt_timer_opts(&o);
     probe_worker(t, &p);
     char comm[64] = "";
-    int rc = read_task_file(p.tid, "comm", NULL, comm, sizeof comm);
+    int rc = hwtt_read_task_file(p.tid, "comm", NULL, comm, sizeof comm);
     hwt_timer_destroy(t);
     assert_int_equal(rc, 0);
     assert_string_equal(comm, want);
@@ -767,7 +742,7 @@ static void check_worker_blocks_all_signals(const pthread_attr_t *attr)
     pthread_sigmask(SIG_BLOCK, NULL, &after);
     probe_worker(t, &p);
     char sigblk[64] = "";
-    int rc = read_task_file(p.tid, "status", "SigBlk:", sigblk, sizeof sigblk);
+    int rc = hwtt_read_task_file(p.tid, "status", "SigBlk:", sigblk, sizeof sigblk);
     hwt_timer_destroy(t);
 
     /* starting the worker does not change the caller's mask */

@@ -9,13 +9,14 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #define US INT64_C(1000)
@@ -320,53 +321,32 @@ static void test_invalid_mode_rejected(void **state)
 
 /* ------------------------------------------------- the worker's CPU turns */
 
-/* Linux's struct sched_attr, first version (48 bytes), as src/os_linux.c. */
-struct kernel_sched_attr {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-};
+#define SHORT_TURN_NS 100000LL
 
-#define SHORT_TURN_NS UINT64_C(100000)
-
-static struct kernel_sched_attr sched_attr_of(pid_t tid)
+/* The length of thread `tid`'s turns on a CPU (its se.slice, which /proc
+ * shows where the kernel has scheduler debugging), or -1. */
+static long long turn_of(pid_t tid)
 {
-    struct kernel_sched_attr a;
-    memset(&a, 0, sizeof a);
-    assert_int_equal(syscall(SYS_sched_getattr, tid, &a, (unsigned)sizeof a, 0), 0);
-    return a;
+    char line[128];
+    if (hwtt_read_task_file(tid, "sched", "se.slice", line, sizeof line) != 0)
+        return -1;
+    const char *colon = strchr(line, ':');
+    return colon != NULL ? atoll(colon + 1) : -1;
 }
 
-/* Whether this kernel keeps a SCHED_OTHER thread's own turn (Linux 6.12):
- * asked on a thread of its own, which then ends. */
-static void *probe_custom_turns(void *arg)
-{
-    struct kernel_sched_attr a = sched_attr_of(0);
-    a.size = sizeof a;
-    a.sched_runtime = SHORT_TURN_NS;
-    *(bool *)arg = syscall(SYS_sched_setattr, 0, &a, 0) == 0 &&
-                   sched_attr_of(0).sched_runtime == SHORT_TURN_NS;
-    return NULL;
-}
-
+/* Whether a SCHED_OTHER thread may choose its turn: Linux 6.12. */
 static bool kernel_has_custom_turns(void)
 {
-    bool has = false;
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, probe_custom_turns, &has), 0);
-    pthread_join(t, NULL);
-    return has;
+    struct utsname u;
+    int major = 0, minor = 0;
+    assert_int_equal(uname(&u), 0);
+    if (sscanf(u.release, "%d.%d", &major, &minor) != 2)
+        return false;
+    return major > 6 || (major == 6 && minor >= 12);
 }
 
-/* Starts a timer of `mode` whose worker is named `name` and returns its
- * worker's scheduling attributes. */
-static struct kernel_sched_attr worker_attr(hwt_sleep_mode mode, const char *name,
-                                            const pthread_attr_t *thread_attr)
+/* Starts a timer of `mode` whose worker is named `name`: the worker's id. */
+static pid_t start_worker(hwt_sleep_mode mode, const char *name, const pthread_attr_t *thread_attr)
 {
     hwt_options o = opts(1, HWT_MILLISECONDS, mode, NULL);
     o.thread_name = name;
@@ -377,13 +357,27 @@ static struct kernel_sched_attr worker_attr(hwt_sleep_mode mode, const char *nam
     assert_int_equal(hwt_timer_start(timer), 0);
     pid_t tid = hwtt_thread_named(name);
     assert_true(tid > 0);
-    return sched_attr_of(tid);
+    return tid;
 }
+
+static int nice_of(pid_t tid)
+{
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+    assert_int_equal(errno, 0);
+    return nice;
+}
+
+struct turn_and_nice {
+    long long turn;
+    int nice;
+};
 
 static void *start_precise_at_nice_3(void *arg)
 {
     assert_int_equal(setpriority(PRIO_PROCESS, (id_t)gettid(), 3), 0);
-    *(struct kernel_sched_attr *)arg = worker_attr(HWT_SLEEP_PRECISE, "hwt-turns-nice", NULL);
+    pid_t tid = start_worker(HWT_SLEEP_PRECISE, "hwt-turns-nice", NULL);
+    *(struct turn_and_nice *)arg = (struct turn_and_nice){turn_of(tid), nice_of(tid)};
     return NULL;
 }
 
@@ -394,24 +388,25 @@ static void *start_precise_at_nice_3(void *arg)
 static void test_precise_worker_takes_short_turns(void **state)
 {
     (void)state;
-    if (!kernel_has_custom_turns())
-        skip(); /* before Linux 6.12 the request is ignored */
-    uint64_t default_turn = sched_attr_of(0).sched_runtime;
+    long long default_turn = turn_of(gettid());
+    if (!kernel_has_custom_turns() || default_turn < 0)
+        skip(); /* the request is ignored, or the turn cannot be read */
     assert_true(default_turn != SHORT_TURN_NS);
 
-    struct kernel_sched_attr a = worker_attr(HWT_SLEEP_PRECISE, "hwt-turns-prec", NULL);
-    assert_int_equal(a.sched_policy, SCHED_OTHER);
-    assert_true(a.sched_runtime == SHORT_TURN_NS);
-    assert_int_equal(a.sched_nice, sched_attr_of(0).sched_nice);
+    pid_t precise = start_worker(HWT_SLEEP_PRECISE, "hwt-turns-prec", NULL);
+    assert_int_equal(sched_getscheduler(precise), SCHED_OTHER);
+    assert_true(turn_of(precise) == SHORT_TURN_NS);
+    assert_int_equal(nice_of(precise), nice_of(gettid()));
 
-    a = worker_attr(HWT_SLEEP_MILLIS, "hwt-turns-ms", NULL);
-    assert_true(a.sched_runtime == default_turn);
+    pid_t millis = start_worker(HWT_SLEEP_MILLIS, "hwt-turns-ms", NULL);
+    assert_true(turn_of(millis) == default_turn);
 
+    struct turn_and_nice at_3;
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, start_precise_at_nice_3, &a), 0);
+    assert_int_equal(pthread_create(&t, NULL, start_precise_at_nice_3, &at_3), 0);
     pthread_join(t, NULL);
-    assert_int_equal(a.sched_nice, 3);
-    assert_true(a.sched_runtime == SHORT_TURN_NS);
+    assert_int_equal(at_3.nice, 3);
+    assert_true(at_3.turn == SHORT_TURN_NS);
 
     /* glibc's thread attributes offer SCHED_FIFO and SCHED_RR besides
      * SCHED_OTHER, both for privileged threads only: where creating one is
@@ -429,9 +424,11 @@ static void test_precise_worker_takes_short_turns(void **state)
     assert_int_equal(hwt_timer_create(&timer, &o), 0);
     hwtt_track(timer);
     if (hwt_timer_start(timer) == 0) {
-        a = sched_attr_of(hwtt_thread_named("hwt-turns-fifo"));
-        assert_int_equal(a.sched_policy, SCHED_FIFO);
-        assert_int_equal(a.sched_priority, lowest.sched_priority);
+        pid_t tid = hwtt_thread_named("hwt-turns-fifo");
+        struct sched_param param;
+        assert_int_equal(sched_getscheduler(tid), SCHED_FIFO);
+        assert_int_equal(sched_getparam(tid, &param), 0);
+        assert_int_equal(param.sched_priority, lowest.sched_priority);
     }
     hwtt_destroy(timer);
     pthread_attr_destroy(&fifo);
