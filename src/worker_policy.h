@@ -102,10 +102,9 @@
  * that never sleeps and competes for the CPUs with the producers). Only
  * with HWT_SLEEP_PRECISE (the others sleep whole milliseconds) and short
  * turns on a CPU (os.h), without which a nap's wake-up waits for a busy
- * producer's turn to end. Long
- * enough for a pass to find a few hundred timeouts, short enough that what
- * comes in during a tick is moved within it. Not under HWT_NAP_MIN_NS: a
- * system call for less is not worth it. */
+ * producer's turn to end. Long enough for a pass to find a few hundred
+ * timeouts, short enough that what comes in during a tick is moved within
+ * it. Not under HWT_NAP_MIN_NS: a system call for less is not worth it. */
 #define HWT_NAP_MAX_NS (250 * INT64_C(1000))
 #define HWT_NAP_MIN_NS (10 * INT64_C(1000))
 

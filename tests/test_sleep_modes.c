@@ -368,16 +368,23 @@ static int nice_of(pid_t tid)
     return nice;
 }
 
-struct turn_and_nice {
-    long long turn;
-    int nice;
+/* A thread at nice 3 that starts a PRECISE timer (its worker inherits the
+ * nice value); what it got, for the test thread to check. */
+struct start_at_nice_3 {
+    int nice_rc;
+    int create_rc;
+    int start_rc;
+    hwt_timer *timer;
 };
 
-static void *start_precise_at_nice_3(void *arg)
+static void *start_at_nice_3(void *arg)
 {
-    assert_int_equal(setpriority(PRIO_PROCESS, (id_t)gettid(), 3), 0);
-    pid_t tid = start_worker(HWT_SLEEP_PRECISE, "hwt-turns-nice", NULL);
-    *(struct turn_and_nice *)arg = (struct turn_and_nice){turn_of(tid), nice_of(tid)};
+    struct start_at_nice_3 *c = arg;
+    c->nice_rc = setpriority(PRIO_PROCESS, (id_t)gettid(), 3);
+    hwt_options o = opts(1, HWT_MILLISECONDS, HWT_SLEEP_PRECISE, NULL);
+    o.thread_name = "hwt-turns-nice";
+    c->create_rc = hwt_timer_create(&c->timer, &o);
+    c->start_rc = c->create_rc == 0 ? hwt_timer_start(c->timer) : -1;
     return NULL;
 }
 
@@ -401,12 +408,18 @@ static void test_precise_worker_takes_short_turns(void **state)
     pid_t millis = start_worker(HWT_SLEEP_MILLIS, "hwt-turns-ms", NULL);
     assert_true(turn_of(millis) == default_turn);
 
-    struct turn_and_nice at_3;
+    struct start_at_nice_3 at_3 = {0};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, start_precise_at_nice_3, &at_3), 0);
+    assert_int_equal(pthread_create(&t, NULL, start_at_nice_3, &at_3), 0);
     pthread_join(t, NULL);
-    assert_int_equal(at_3.nice, 3);
-    assert_true(at_3.turn == SHORT_TURN_NS);
+    assert_int_equal(at_3.nice_rc, 0);
+    assert_int_equal(at_3.create_rc, 0);
+    hwtt_track(at_3.timer);
+    assert_int_equal(at_3.start_rc, 0);
+    pid_t niced = hwtt_thread_named("hwt-turns-nice");
+    assert_true(niced > 0);
+    assert_int_equal(nice_of(niced), 3);
+    assert_true(turn_of(niced) == SHORT_TURN_NS);
 
     /* glibc's thread attributes offer SCHED_FIFO and SCHED_RR besides
      * SCHED_OTHER, both for privileged threads only: where creating one is
