@@ -93,13 +93,19 @@ struct kernel_sched_attr {
  * the request; one refused (a seccomp filter, ENOSYS) changes nothing. A
  * thread_attr that chose another policy is left as it is, and the nice
  * value is kept. */
+#ifdef SYS_sched_setattr
+static bool read_sched_attr(struct kernel_sched_attr *attr)
+{
+    memset(attr, 0, sizeof *attr);
+    return syscall(SYS_sched_getattr, 0, attr, (unsigned)sizeof *attr, 0) == 0;
+}
+#endif
+
 static bool ask_short_turns(void)
 {
 #ifdef SYS_sched_setattr
     struct kernel_sched_attr attr;
-    memset(&attr, 0, sizeof attr);
-    if (syscall(SYS_sched_getattr, 0, &attr, (unsigned)sizeof attr, 0) != 0 ||
-        attr.sched_policy != SCHED_OTHER)
+    if (!read_sched_attr(&attr) || attr.sched_policy != SCHED_OTHER)
         return false;
     attr.size = sizeof attr;
     attr.sched_flags &= SCHED_FLAG_RESET_ON_FORK;
@@ -109,9 +115,7 @@ static bool ask_short_turns(void)
     if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
         return false;
     /* Kept by the kernel, or ignored (before 6.12)? */
-    memset(&attr, 0, sizeof attr);
-    return syscall(SYS_sched_getattr, 0, &attr, (unsigned)sizeof attr, 0) == 0 &&
-           attr.sched_runtime == WORKER_SLICE_NS;
+    return read_sched_attr(&attr) && attr.sched_runtime == WORKER_SLICE_NS;
 #else
     return false;
 #endif

@@ -345,16 +345,28 @@ static bool kernel_has_custom_turns(void)
     return major > 6 || (major == 6 && minor >= 12);
 }
 
-/* Starts a timer of `mode` whose worker is named `name`: the worker's id. */
-static pid_t start_worker(hwt_sleep_mode mode, const char *name, const pthread_attr_t *thread_attr)
+/* Creates a 1 ms timer of `mode` whose worker is named `name` into *timer
+ * and starts it: hwt_timer_create's error, else hwt_timer_start's result.
+ * No asserts: any thread. */
+static int create_and_start(hwt_timer **timer, hwt_sleep_mode mode, const char *name,
+                            const pthread_attr_t *thread_attr)
 {
     hwt_options o = opts(1, HWT_MILLISECONDS, mode, NULL);
     o.thread_name = name;
     o.thread_attr = thread_attr;
-    hwt_timer *timer = NULL;
-    assert_int_equal(hwt_timer_create(&timer, &o), 0);
-    hwtt_track(timer);
-    assert_int_equal(hwt_timer_start(timer), 0);
+    *timer = NULL;
+    int rc = hwt_timer_create(timer, &o);
+    return rc != 0 ? rc : hwt_timer_start(*timer);
+}
+
+/* Starts a timer of `mode` whose worker is named `name`: the worker's id. */
+static pid_t start_worker(hwt_sleep_mode mode, const char *name)
+{
+    hwt_timer *timer;
+    int rc = create_and_start(&timer, mode, name, NULL);
+    if (timer != NULL)
+        hwtt_track(timer);
+    assert_int_equal(rc, 0);
     pid_t tid = hwtt_thread_named(name);
     assert_true(tid > 0);
     return tid;
@@ -372,8 +384,7 @@ static int nice_of(pid_t tid)
  * nice value); what it got, for the test thread to check. */
 struct start_at_nice_3 {
     int nice_rc;
-    int create_rc;
-    int start_rc;
+    int rc;
     hwt_timer *timer;
 };
 
@@ -381,10 +392,7 @@ static void *start_at_nice_3(void *arg)
 {
     struct start_at_nice_3 *c = arg;
     c->nice_rc = setpriority(PRIO_PROCESS, (id_t)gettid(), 3);
-    hwt_options o = opts(1, HWT_MILLISECONDS, HWT_SLEEP_PRECISE, NULL);
-    o.thread_name = "hwt-turns-nice";
-    c->create_rc = hwt_timer_create(&c->timer, &o);
-    c->start_rc = c->create_rc == 0 ? hwt_timer_start(c->timer) : -1;
+    c->rc = create_and_start(&c->timer, HWT_SLEEP_PRECISE, "hwt-turns-nice", NULL);
     return NULL;
 }
 
@@ -400,22 +408,22 @@ static void test_precise_worker_takes_short_turns(void **state)
         skip(); /* the request is ignored, or the turn cannot be read */
     assert_true(default_turn != SHORT_TURN_NS);
 
-    pid_t precise = start_worker(HWT_SLEEP_PRECISE, "hwt-turns-prec", NULL);
+    pid_t precise = start_worker(HWT_SLEEP_PRECISE, "hwt-turns-prec");
     assert_int_equal(sched_getscheduler(precise), SCHED_OTHER);
     assert_true(turn_of(precise) == SHORT_TURN_NS);
     assert_int_equal(nice_of(precise), nice_of(gettid()));
 
-    pid_t millis = start_worker(HWT_SLEEP_MILLIS, "hwt-turns-ms", NULL);
+    pid_t millis = start_worker(HWT_SLEEP_MILLIS, "hwt-turns-ms");
     assert_true(turn_of(millis) == default_turn);
 
     struct start_at_nice_3 at_3 = {0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, start_at_nice_3, &at_3), 0);
     pthread_join(t, NULL);
+    if (at_3.timer != NULL)
+        hwtt_track(at_3.timer);
     assert_int_equal(at_3.nice_rc, 0);
-    assert_int_equal(at_3.create_rc, 0);
-    hwtt_track(at_3.timer);
-    assert_int_equal(at_3.start_rc, 0);
+    assert_int_equal(at_3.rc, 0);
     pid_t niced = hwtt_thread_named("hwt-turns-nice");
     assert_true(niced > 0);
     assert_int_equal(nice_of(niced), 3);
@@ -430,13 +438,11 @@ static void test_precise_worker_takes_short_turns(void **state)
     assert_int_equal(pthread_attr_setinheritsched(&fifo, PTHREAD_EXPLICIT_SCHED), 0);
     assert_int_equal(pthread_attr_setschedpolicy(&fifo, SCHED_FIFO), 0);
     assert_int_equal(pthread_attr_setschedparam(&fifo, &lowest), 0);
-    hwt_options o = opts(1, HWT_MILLISECONDS, HWT_SLEEP_PRECISE, NULL);
-    o.thread_name = "hwt-turns-fifo";
-    o.thread_attr = &fifo;
-    hwt_timer *timer = NULL;
-    assert_int_equal(hwt_timer_create(&timer, &o), 0);
+    hwt_timer *timer;
+    int rc = create_and_start(&timer, HWT_SLEEP_PRECISE, "hwt-turns-fifo", &fifo);
+    assert_non_null(timer); /* created; its start may be refused */
     hwtt_track(timer);
-    if (hwt_timer_start(timer) == 0) {
+    if (rc == 0) {
         pid_t tid = hwtt_thread_named("hwt-turns-fifo");
         struct sched_param param;
         assert_int_equal(sched_getscheduler(tid), SCHED_FIFO);
