@@ -359,6 +359,17 @@ static int create_and_start(hwt_timer **timer, hwt_sleep_mode mode, const char *
     return rc != 0 ? rc : hwt_timer_start(*timer);
 }
 
+/* The id of the one thread named `name`, looked for until it is found: a
+ * listing of /proc/self/task made while a thread exits can stop at that
+ * thread and miss those listed after it, such as the worker of the nice-3
+ * thread below, just joined. */
+static pid_t the_thread_named(const char *name)
+{
+    pid_t tid = -1;
+    assert_true(hwtt_wait_until((tid = hwtt_thread_named(name)) > 0, hwtt_slack_ms(5000)));
+    return tid;
+}
+
 /* Starts a timer of `mode` whose worker is named `name`: the worker's id. */
 static pid_t start_worker(hwt_sleep_mode mode, const char *name)
 {
@@ -367,9 +378,7 @@ static pid_t start_worker(hwt_sleep_mode mode, const char *name)
     if (timer != NULL)
         hwtt_track(timer);
     assert_int_equal(rc, 0);
-    pid_t tid = hwtt_thread_named(name);
-    assert_true(tid > 0);
-    return tid;
+    return the_thread_named(name);
 }
 
 static int nice_of(pid_t tid)
@@ -424,8 +433,7 @@ static void test_precise_worker_takes_short_turns(void **state)
         hwtt_track(at_3.timer);
     assert_int_equal(at_3.nice_rc, 0);
     assert_int_equal(at_3.rc, 0);
-    pid_t niced = hwtt_thread_named("hwt-turns-nice");
-    assert_true(niced > 0);
+    pid_t niced = the_thread_named("hwt-turns-nice");
     assert_int_equal(nice_of(niced), 3);
     assert_true(turn_of(niced) == SHORT_TURN_NS);
 
@@ -443,7 +451,7 @@ static void test_precise_worker_takes_short_turns(void **state)
     assert_non_null(timer); /* created; its start may be refused */
     hwtt_track(timer);
     if (rc == 0) {
-        pid_t tid = hwtt_thread_named("hwt-turns-fifo");
+        pid_t tid = the_thread_named("hwt-turns-fifo");
         struct sched_param param;
         assert_int_equal(sched_getscheduler(tid), SCHED_FIFO);
         assert_int_equal(sched_getparam(tid, &param), 0);
