@@ -46,9 +46,11 @@ enum {
      * file it again. A move to an earlier deadline is written under BUSY, a
      * count of the calls writing at once (HWT_TO_BUSY_ONE each, up to
      * HWT_TO_BUSY_MAX): the worker never reads a deadline while any is, so
-     * it never acts on one that a call may still lose or write over. Every
-     * change of a pending deadline adds HWT_TO_GEN: a worker that read the
-     * deadline before it cannot then expire the timeout (its CAS fails). */
+     * it never acts on one that a call may still lose or write over. Such a
+     * move adds HWT_TO_GEN as it counts itself in: a worker that read the
+     * deadline before it cannot then expire the timeout (its CAS fails). A
+     * move later writes the deadline alone, with a CAS that the worker's
+     * claim on it (HWT_DEADLINE_CLAIMED) makes fail. */
     HWT_TO_MOVED = 32,
     HWT_TO_BUSY_ONE = 64,
     HWT_TO_BUSY = 63 * 64, /* bits 6..11: the count */
@@ -474,10 +476,27 @@ static inline bool hwt__cancel_notice_owed(uint32_t state)
 }
 
 /* A pending timeout's deadline: written by its producer before it is
- * published and by reschedules, read by the worker. */
-static inline int64_t hwt__deadline_of(const hwt_timeout *t)
+ * published and by reschedules, read by the worker. The worker claims it
+ * before it expires the timeout, by setting the sign bit with a CAS (a
+ * deadline is never negative): a move later, one CAS from the deadline it
+ * compared with, then fails, and does not return true for a timeout that
+ * runs by its old deadline (worker.c, expire). The claim stays on a timeout
+ * that expired, and only there: hwt__deadline_of reads through it. */
+#define HWT_DEADLINE_CLAIMED INT64_MIN
+
+static inline int64_t hwt__deadline_word(const hwt_timeout *t)
 {
     return __atomic_load_n(&t->node.deadline, __ATOMIC_RELAXED);
+}
+
+static inline bool hwt__deadline_claimed(int64_t word)
+{
+    return word < 0;
+}
+
+static inline int64_t hwt__deadline_of(const hwt_timeout *t)
+{
+    return hwt__deadline_word(t) & INT64_MAX;
 }
 
 /* Whether the wheel holds a timeout. The worker's (and, after it, the

@@ -42,6 +42,10 @@ typedef enum {
     HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule counts in BUSY, before it writes its deadline */
     HWT_STEP_STATS_CLOCK,        /* a stats read found the worker running, before it reads the
                                     clock for the ticks */
+    HWT_STEP_WORKER_EXPIRING,    /* the worker found a pending timeout due, before it claims
+                                    its deadline */
+    HWT_STEP_WORKER_CLAIMED,     /* the worker claimed a due timeout's deadline, before it
+                                    marks the timeout expired */
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -200,22 +200,24 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
 
 /* ------------------------------------------------------------ reschedule
  *
- * Later (the idle-timeout case, the common one): write the deadline with a
- * CAS from the one it was compared with, then bump the generation with a
- * CAS. The first CAS keeps a move from writing over another's deadline that
- * it was never compared with (two later moves at once: the worker could
- * file, or expire, the timeout by the loser's, earlier than a move that
- * returned true); failing, the call compares again, and may go the earlier
- * way below. Should the second find another move's generation (or BUSY),
- * the worker may have filed the timeout by that move's deadline, later
- * than ours: the call goes the earlier way, which tells the worker. Should
- * it find the timeout ended, the old deadline is put back (false: nothing
- * changed, and an executor's run measures lateness by it). The worker
- * reads the state, then the deadline, and expires only with a CAS from the
- * state it read: if it read the old deadline, the bump makes that CAS fail
- * and it reads again; if it read the new one, it files the timeout again.
- * The timeout stays in its old slot meanwhile: when that slot comes due the
- * worker finds the later deadline and files it again, once.
+ * Later (the idle-timeout case, the common one): one CAS, on the deadline,
+ * from the one it was compared with. It keeps a move from writing over
+ * another's deadline that it was never compared with (two later moves at
+ * once: the worker could file, or expire, the timeout by the loser's,
+ * earlier than a move that returned true); failing, the call compares
+ * again, and may go the earlier way below. The worker, before it expires a
+ * timeout, claims the deadline it found due with a CAS of its own
+ * (worker.c, expire): of the two, one wins. If the move wins, the claim
+ * fails and the worker reads the later deadline; if the claim wins, the
+ * move finds it and goes the earlier way: false if the worker marks the
+ * timeout expired first (nothing changed: an executor's run measures
+ * lateness by the deadline the worker found), true if its BUSY count comes
+ * first (the worker's CAS on the state then fails, and it files the
+ * timeout by the move's deadline). The timeout
+ * stays in its old slot meanwhile: when that slot comes due the worker
+ * finds the later deadline and files it again, once. A cancel or a stop
+ * between the call's look at the state and its CAS does not stop it: the
+ * move came first, and the timeout ends by them all the same.
  *
  * Earlier, or while other calls are writing (BUSY): add one to the BUSY
  * count (and bump the generation) first, then write, then take the one
@@ -260,8 +262,7 @@ static void wake_for_moved(hwt_timer *timer, int64_t deadline)
     maybe_wake_for(timer, deadline, 0);
 }
 
-static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s,
-                               bool tell_anyway)
+static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadline, uint32_t s)
 {
     uint32_t mine;
     for (;;) { /* claim: one more call writing */
@@ -279,10 +280,9 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
         if (atomic_compare_exchange_weak(&t->state, &s, mine))
             break;
     }
-    /* Others writing at once, or a later move whose write may have landed
-     * over another's (tell_anyway): the slot the timeout sits in may be
-     * later than anything `before` says, so we tell as for an earlier one. */
-    bool others = tell_anyway || (s & HWT_TO_BUSY) != 0;
+    /* Others writing at once: the slot the timeout sits in may be later
+     * than anything `before` says, so we tell as for an earlier one. */
+    bool others = (s & HWT_TO_BUSY) != 0;
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMING, timer);
     int64_t before = hwt__deadline_of(t);
     store_deadline(t, deadline);
@@ -321,30 +321,19 @@ bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit)
     if ((s & HWT_TO_LIFE) != HWT_TO_INIT) /* expired (also: from its own task), cancelled */
         return false;
     int64_t deadline = new_deadline(timer, hwt__sat_mul(delay, unit_ns));
-    int64_t seen = hwt__deadline_of(timeout);
-    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) && deadline >= seen) {
+    int64_t seen = hwt__deadline_word(timeout);
+    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) &&
+           !hwt__deadline_claimed(seen) && deadline >= seen) {
         hwt__step_reached(HWT_STEP_RESCHEDULE_COMPARED, timer);
         /* Only over the deadline compared with: else another move wrote
-         * since, and ours may be earlier than that one (compare again). */
-        if (!replace_deadline(timeout, &seen, deadline)) {
-            s = atomic_load(&timeout->state);
-            continue;
-        }
-        const uint32_t gen = s & HWT_TO_GEN_MASK;
-        while (!atomic_compare_exchange_weak(&timeout->state, &s, s + HWT_TO_GEN)) {
-            if ((s & HWT_TO_LIFE) != HWT_TO_INIT) {
-                /* Ended meanwhile: false, nothing changed - the deadline
-                 * back as it was, unless another move wrote since. */
-                int64_t mine = deadline;
-                replace_deadline(timeout, &mine, seen);
-                return false;
-            }
-            if ((s & HWT_TO_GEN_MASK) != gen || (s & HWT_TO_BUSY))
-                return reschedule_claimed(timer, timeout, deadline, s, true);
-        }
-        return true;
+         * since, and ours may be earlier than that one (compare again), or
+         * the worker claimed it to expire the timeout (the earlier way:
+         * false once it has, or written under BUSY if it backs off). */
+        if (replace_deadline(timeout, &seen, deadline))
+            return true;
+        s = atomic_load(&timeout->state);
     }
-    return reschedule_claimed(timer, timeout, deadline, s, false);
+    return reschedule_claimed(timer, timeout, deadline, s);
 }
 
 bool hwt_timeout_is_cancelled(const hwt_timeout *timeout)

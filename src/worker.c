@@ -463,12 +463,34 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
 
 /* ---------------------------------------------------------- expiry */
 
+/* The worker's claim on a due deadline (internal.h): false, with the
+ * deadline as it is now in *expected, if it is no longer *expected. */
+static bool claim_deadline(hwt_timeout *t, int64_t *expected)
+{
+    return __atomic_compare_exchange_n(&t->node.deadline, expected,
+                                       *expected | HWT_DEADLINE_CLAIMED, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* Takes the claim back, unless a move under BUSY has written since. */
+static void unclaim_deadline(hwt_timeout *t, int64_t deadline)
+{
+    int64_t claimed = deadline | HWT_DEADLINE_CLAIMED;
+    __atomic_compare_exchange_n(&t->node.deadline, &claimed, deadline, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+}
+
 /* Ends a timeout found due (out of the wheel, or never in it) if its
  * deadline is before `due_before` (ns): runs it, or lets go of it if a
  * cancel won. A deadline a reschedule moved later: false, to be filed again.
- * A reschedule in progress (BUSY): deferred (see defer_moved). The CAS is
- * from the state read before the deadline: a reschedule in between bumps
- * the generation and makes it fail (timeout.c, "reschedule"). */
+ * A reschedule in progress (BUSY): deferred (see defer_moved). First the
+ * deadline is claimed, with a CAS from the one found due: a later move (one
+ * CAS on the deadline, timeout.c) that came in between makes it fail, and
+ * one that comes after fails on the claim. Then the state's CAS, from the
+ * state read before the deadline: a move under BUSY bumps the generation
+ * and makes it fail; and so does a cancel. Failing, the claim is taken back
+ * (unless such a move wrote over it) and all is read again: a claim stays
+ * only on a timeout that expired. */
 static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
 {
     uint32_t target = HWT_TO_EXPIRED | (timer->executor != NULL ? HWT_TO_EXEC_ARMED : 0);
@@ -486,11 +508,19 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         deadline = hwt__deadline_of(t);
         if (deadline >= due_before)
             return false;
+        hwt__step_reached(HWT_STEP_WORKER_EXPIRING, timer);
+        int64_t seen = deadline;
+        if (!claim_deadline(t, &seen)) {
+            state = atomic_load(&t->state);
+            continue;
+        }
+        hwt__step_reached(HWT_STEP_WORKER_CLAIMED, timer);
         uint32_t next = (state & (HWT_TO_CANCEL_CB | HWT_TO_TRANSFERRED | HWT_TO_MOVED)) | target;
         if (atomic_compare_exchange_weak(&t->state, &state, next)) {
             state = next;
             break;
         }
+        unclaim_deadline(t, deadline);
     }
     t->wflags |= HWT_W_RELEASED;
     owe_moved_entry(timer, t, state);

@@ -1228,6 +1228,81 @@ static void test_a_losing_later_move_leaves_the_winners_deadline(void **state)
     hwtt_destroy(timer);
 }
 
+/* A move later takes one CAS, on the deadline alone, and the worker claims
+ * a due deadline (one CAS) before it marks the timeout expired (worker.c,
+ * expire). Three calls that meet the worker between the two. */
+static const hwt_task noting_run_time = {.run = note_run_time};
+
+static hwt_timer *a_timeout_the_worker_holds(hwt__step step, hwt_timeout **t, const hwt_task *task,
+                                             void *arg)
+{
+    atomic_store(&ran_at_ns, 0);
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 512));
+    arm(step, timer);
+    assert_int_equal(hwt_new_timeout_task(timer, task, arg, 30, HWT_MILLISECONDS, t), 0);
+    expect_reached(step);
+    return timer;
+}
+
+/* Found due, its deadline not yet claimed: the move's CAS wins (true, and
+ * no BUSY claim: one atomic operation); the claim then fails, the worker
+ * reads the later deadline and files the timeout again, and the task runs
+ * by it. Without the claim, the worker's CAS on the state (which a move
+ * later no longer changes) ran the task by the old deadline. */
+static void test_a_later_move_before_the_worker_claims_wins(void **state)
+{
+    (void)state;
+    hwt_timeout *t;
+    hwt_timer *timer = a_timeout_the_worker_holds(HWT_STEP_WORKER_EXPIRING, &t, &noting_run_time, NULL);
+    watch(HWT_STEP_RESCHEDULE_CLAIMING, timer);
+    int64_t moved_at = hwtt_now_ns();
+    assert_true(hwt_timeout_reschedule(t, 200, HWT_MILLISECONDS));
+    assert_int_equal(atomic_load(&gates[HWT_STEP_RESCHEDULE_CLAIMING].arrivals), 0);
+    open_gate(HWT_STEP_WORKER_EXPIRING);
+    assert_true(hwtt_wait_until(atomic_load(&ran_at_ns) != 0, hwtt_slack_ms(5000)));
+    assert_true(atomic_load(&ran_at_ns) - moved_at >= 200 * INT64_C(1000000));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* The deadline claimed, the timeout not yet marked expired: the move's CAS
+ * fails on the claim and it goes the BUSY way, which makes the worker's CAS
+ * on the state fail; the worker reads the move's deadline and files the
+ * timeout again. The move returns true and the task runs by it. A move that
+ * took the claimed word for a deadline wrote over the claim, and the worker
+ * ran the task by the old deadline. */
+static void test_a_later_move_after_the_worker_claimed_wins(void **state)
+{
+    (void)state;
+    hwt_timeout *t;
+    hwt_timer *timer = a_timeout_the_worker_holds(HWT_STEP_WORKER_CLAIMED, &t, &noting_run_time, NULL);
+    int64_t moved_at = hwtt_now_ns();
+    assert_true(hwt_timeout_reschedule(t, 200, HWT_MILLISECONDS));
+    open_gate(HWT_STEP_WORKER_CLAIMED);
+    assert_true(hwtt_wait_until(atomic_load(&ran_at_ns) != 0, hwtt_slack_ms(5000)));
+    assert_true(atomic_load(&ran_at_ns) - moved_at >= 200 * INT64_C(1000000));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+/* A cancel while the worker holds its claim wins: the task never runs, the
+ * cancelled callback runs once, and the claim is taken back. */
+static void test_a_cancel_while_the_worker_claims_wins(void **state)
+{
+    (void)state;
+    hwtt_rec rec = {0};
+    hwt_timeout *t;
+    hwt_timer *timer = a_timeout_the_worker_holds(HWT_STEP_WORKER_CLAIMED, &t, &hwtt_rec_task, &rec);
+    assert_true(hwt_timeout_cancel(t));
+    open_gate(HWT_STEP_WORKER_CLAIMED);
+    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == 1, hwtt_slack_ms(5000)));
+    assert_false(hwt__deadline_claimed(hwt__deadline_word(t)));
+    hwtt_destroy(timer);
+    assert_int_equal(atomic_load(&rec.ran), 0);
+    assert_int_equal(atomic_load(&rec.cb), 1);
+    hwt_timeout_release(t);
+}
+
 /* The worker finds a timeout's slot due while a reschedule holds it BUSY,
  * and a cancel wins before it defers the timeout: the canceller has pushed
  * the timeout's one stack link on its cancel stack, on top of another
@@ -1512,6 +1587,12 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_losing_later_move_leaves_the_winners_deadline,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_later_move_before_the_worker_claims_wins, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_later_move_after_the_worker_claimed_wins, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_cancel_while_the_worker_claims_wins, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
         cmocka_unit_test_setup_teardown(
