@@ -1244,45 +1244,49 @@ static hwt_timer *a_timeout_the_worker_holds(hwt__step step, hwt_timeout **t, co
     return timer;
 }
 
-/* Found due, its deadline not yet claimed: the move's CAS wins (true, and
- * no BUSY claim: one atomic operation); the claim then fails, the worker
- * reads the later deadline and files the timeout again, and the task runs
- * by it. Without the claim, the worker's CAS on the state (which a move
- * later no longer changes) ran the task by the old deadline. */
-static void test_a_later_move_before_the_worker_claims_wins(void **state)
+/* Moves the timeout the worker holds at `step` 200 ms on (true), lets the
+ * worker go on, and checks that the task ran by the move's deadline, not
+ * before. How many times the move went the BUSY way. */
+static unsigned move_later_while_held(hwt_timer *timer, hwt_timeout *t, hwt__step step)
 {
-    (void)state;
-    hwt_timeout *t;
-    hwt_timer *timer = a_timeout_the_worker_holds(HWT_STEP_WORKER_EXPIRING, &t, &noting_run_time, NULL);
     watch(HWT_STEP_RESCHEDULE_CLAIMING, timer);
     int64_t moved_at = hwtt_now_ns();
     assert_true(hwt_timeout_reschedule(t, 200, HWT_MILLISECONDS));
-    assert_int_equal(atomic_load(&gates[HWT_STEP_RESCHEDULE_CLAIMING].arrivals), 0);
-    open_gate(HWT_STEP_WORKER_EXPIRING);
+    unsigned busy = atomic_load(&gates[HWT_STEP_RESCHEDULE_CLAIMING].arrivals);
+    open_gate(step);
     assert_true(hwtt_wait_until(atomic_load(&ran_at_ns) != 0, hwtt_slack_ms(5000)));
     assert_true(atomic_load(&ran_at_ns) - moved_at >= 200 * INT64_C(1000000));
     hwt_timeout_release(t);
     hwtt_destroy(timer);
+    return busy;
+}
+
+/* Found due, its deadline not yet claimed: the move's CAS wins, the one
+ * atomic operation of the call (no BUSY claim); the claim then fails, the
+ * worker reads the later deadline and files the timeout again. Without the
+ * claim, the worker's CAS on the state (which a move later no longer
+ * changes) ran the task by the old deadline. */
+static void test_a_later_move_before_the_worker_claims_wins(void **state)
+{
+    (void)state;
+    hwt_timeout *t;
+    hwt_timer *timer =
+        a_timeout_the_worker_holds(HWT_STEP_WORKER_EXPIRING, &t, &noting_run_time, NULL);
+    assert_int_equal(move_later_while_held(timer, t, HWT_STEP_WORKER_EXPIRING), 0);
 }
 
 /* The deadline claimed, the timeout not yet marked expired: the move's CAS
  * fails on the claim and it goes the BUSY way, which makes the worker's CAS
  * on the state fail; the worker reads the move's deadline and files the
- * timeout again. The move returns true and the task runs by it. A move that
- * took the claimed word for a deadline wrote over the claim, and the worker
- * ran the task by the old deadline. */
+ * timeout again. A move that took the claimed word for a deadline wrote
+ * over the claim, and the worker ran the task by the old deadline. */
 static void test_a_later_move_after_the_worker_claimed_wins(void **state)
 {
     (void)state;
     hwt_timeout *t;
-    hwt_timer *timer = a_timeout_the_worker_holds(HWT_STEP_WORKER_CLAIMED, &t, &noting_run_time, NULL);
-    int64_t moved_at = hwtt_now_ns();
-    assert_true(hwt_timeout_reschedule(t, 200, HWT_MILLISECONDS));
-    open_gate(HWT_STEP_WORKER_CLAIMED);
-    assert_true(hwtt_wait_until(atomic_load(&ran_at_ns) != 0, hwtt_slack_ms(5000)));
-    assert_true(atomic_load(&ran_at_ns) - moved_at >= 200 * INT64_C(1000000));
-    hwt_timeout_release(t);
-    hwtt_destroy(timer);
+    hwt_timer *timer =
+        a_timeout_the_worker_holds(HWT_STEP_WORKER_CLAIMED, &t, &noting_run_time, NULL);
+    assert_int_equal(move_later_while_held(timer, t, HWT_STEP_WORKER_CLAIMED), 1);
 }
 
 /* A cancel while the worker holds its claim wins: the task never runs, the
