@@ -213,11 +213,11 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
  * timeout expired first (nothing changed: an executor's run measures
  * lateness by the deadline the worker found), true if its BUSY count comes
  * first (the worker's CAS on the state then fails, and it files the
- * timeout by the move's deadline). The timeout
- * stays in its old slot meanwhile: when that slot comes due the worker
- * finds the later deadline and files it again, once. A cancel or a stop
- * between the call's look at the state and its CAS does not stop it: the
- * move came first, and the timeout ends by them all the same.
+ * timeout by the move's deadline). The timeout stays in its old slot
+ * meanwhile: when that slot comes due the worker finds the later deadline
+ * and files it again, once. A cancel or a stop between the call's look at
+ * the state and its CAS does not stop it: the move came first, and the
+ * timeout ends by them all the same.
  *
  * Earlier, or while other calls are writing (BUSY): add one to the BUSY
  * count (and bump the generation) first, then write, then take the one
