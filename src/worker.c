@@ -463,13 +463,13 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
 
 /* ---------------------------------------------------------- expiry */
 
-/* The worker's claim on a due deadline (internal.h): false, with the
- * deadline as it is now in *expected, if it is no longer *expected. */
-static bool claim_deadline(hwt_timeout *t, int64_t *expected)
+/* The worker's claim on a due deadline (internal.h): false if the
+ * deadline is no longer `deadline`. */
+static bool claim_deadline(hwt_timeout *t, int64_t deadline)
 {
-    return __atomic_compare_exchange_n(&t->node.deadline, expected,
-                                       *expected | HWT_DEADLINE_CLAIMED, false,
-                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return __atomic_compare_exchange_n(&t->node.deadline, &deadline,
+                                       deadline | HWT_DEADLINE_CLAIMED, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
 }
 
 /* Takes the claim back, unless a move under BUSY has written since. */
@@ -509,8 +509,7 @@ static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before)
         if (deadline >= due_before)
             return false;
         hwt__step_reached(HWT_STEP_WORKER_EXPIRING, timer);
-        int64_t seen = deadline;
-        if (!claim_deadline(t, &seen)) {
+        if (!claim_deadline(t, deadline)) {
             state = atomic_load(&t->state);
             continue;
         }
