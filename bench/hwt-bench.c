@@ -9,7 +9,7 @@
  * hold, memory; and jitter (a hold plus a heartbeat task, see w_jitter).
  * Beside them, for the peers (bench/peers/, issue 19): schedule_warm (the
  * same threads schedule n, cancel and release them, let the worker reclaim
- * them, then schedule n again, timed: the pool's memory reused) and
+ * them, then schedule n again, timed: a second burst) and
  * cancel_own (each thread cancels the timeouts it scheduled itself; in
  * cancel, other threads do). touch and touch_early (issue 17): each thread
  * moves the deadlines of a ring of pending timeouts with
@@ -506,8 +506,10 @@ static void w_schedule(const struct bench_config *c)
 
 /* schedule_warm: the same threads schedule n (handles kept), cancel and
  * release them, and the worker reclaims them (untimed); then the threads
- * schedule n again, without handles, from the memory the first round left
- * in the pool (timed). */
+ * schedule n again, without handles (timed). By then the pool has given
+ * back all but its reserve (it trims once threads have not taken from it
+ * for 50 ms), so the second round maps most of its memory again, as a
+ * server's next burst would. */
 static void w_schedule_warm(const struct bench_config *c)
 {
     hwt_timer *timer = start_timer(c);
