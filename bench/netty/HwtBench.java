@@ -61,6 +61,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.stream.Stream;
@@ -769,9 +770,26 @@ public final class HwtBench {
      * to 10 ms and 30 s (touch_early). Never early: the thread reads the
      * clock once per pass over its ring; a call's deadline is at least that
      * reading + its delay, stored per slot before the call when it moves the
-     * deadline earlier, after it when later; a task is early if it runs
-     * before the lower of its slot's last two bounds (it may race the next
-     * call, if its 10 ms came due during the phase). */
+     * deadline earlier, after it when later (release stores, as hwt-bench's:
+     * newTimeout's queue publishes them to the worker); a task is early if
+     * it runs before the lower of its slot's last two bounds (it may race
+     * the next call, if its 10 ms came due during the phase). A cancel that
+     * fails found that 10 ms arm expired: the thread waits until its task
+     * has been counted before it writes the slot's bounds again, as
+     * hwt-bench does, so that a task whose worker was preempted between
+     * expiring and running it is not judged against the bounds of calls
+     * made since. */
+    /* Waits (10 s at most) until slot i's task has run `count` times. */
+    static void awaitRuns(String workload, AtomicIntegerArray runs, int i, int count) {
+        long until = System.nanoTime() + 10 * S_NS;
+        while (runs.get(i) < count) {
+            if (System.nanoTime() > until) {
+                die(workload + ": a cancel failed but the task did not run");
+            }
+            Thread.yield();
+        }
+    }
+
     static void touch(Config c, boolean earlyMode) {
         HashedWheelTimer timer = startTimer(c);
         int p = (int) c.threads, ring = (int) c.ring, slots = p * ring;
@@ -779,6 +797,8 @@ public final class HwtBench {
         AtomicLongArray lb = new AtomicLongArray(slots),
             lbPrev = new AtomicLongArray(slots),
             ranAt = new AtomicLongArray(slots);
+        AtomicIntegerArray runs = new AtomicIntegerArray(slots);
+        int[] failedCancels = new int[slots]; /* per slot, written by its thread */
         AtomicLong ran = new AtomicLong(), early = new AtomicLong(), cancelled = new AtomicLong();
         TimerTask[] tasks = new TimerTask[slots];
         Timeout[] handles = new Timeout[slots];
@@ -792,6 +812,7 @@ public final class HwtBench {
                 }
                 ranAt.set(slot, now);
                 ran.incrementAndGet();
+                runs.incrementAndGet(slot);
             };
             lb.set(i, setup + 30 * S_NS);
             lbPrev.set(i, setup + 30 * S_NS);
@@ -811,16 +832,18 @@ public final class HwtBench {
                 long d = earlyMode && ((pass + s) & 1) != 0 ? 10 * MS_NS : 30 * S_NS;
                 boolean earlier = d < 30 * S_NS;
                 if (earlier) {
-                    lbPrev.set(i, lb.get(i));
-                    lb.set(i, t + d);
+                    lbPrev.lazySet(i, lb.get(i));
+                    lb.lazySet(i, t + d);
                 }
                 if (handles[i].cancel()) {
                     mine++;
+                } else {
+                    awaitRuns(c.workload, runs, i, ++failedCancels[i]);
                 }
                 handles[i] = timer.newTimeout(tasks[i], d, TimeUnit.NANOSECONDS);
                 if (!earlier) {
-                    lbPrev.set(i, lb.get(i));
-                    lb.set(i, t + d);
+                    lbPrev.lazySet(i, lb.get(i));
+                    lb.lazySet(i, t + d);
                 }
                 if (++s == ring) {
                     s = 0;
