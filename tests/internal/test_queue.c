@@ -311,8 +311,12 @@ static void test_timeouts_cancelled_after_the_take_are_not_charged(void **state)
     /* All of them let go of (and the task moved before them). */
     assert_true(hwtt_wait_until(transferred(timer) == TAKEN + 1, hwtt_slack_ms(5000)));
     uint64_t passes = wakeups(timer) - woken;
+    /* Those moved into the wheel before their cancel (one at least: the
+     * wait above saw two moved) go by the cancel stack instead, which the
+     * worker may process a pass later, within the latency: their queue's
+     * count says nothing of them. */
     for (int i = 0; i < TAKEN; i++) {
-        assert_int_equal(atomic_load(&t[i]->refs), 1);
+        assert_true(hwtt_wait_until(atomic_load(&t[i]->refs) == 1, hwtt_slack_ms(5000)));
         hwt_timeout_release(t[i]);
     }
     hwtt_destroy(timer);
