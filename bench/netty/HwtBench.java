@@ -763,6 +763,17 @@ public final class HwtBench {
             + " cancelled=" + ok.get() + cpuKeys(cpu0, cpu1, pairs, end, at[0]));
     }
 
+    /* Waits (10 s at most) until slot i's task has run `count` times. */
+    static void awaitRuns(String workload, AtomicIntegerArray runs, int i, int count) {
+        long until = System.nanoTime() + 10 * S_NS;
+        while (runs.get(i) < count) {
+            if (System.nanoTime() > until) {
+                die(workload + ": a cancel failed but the task did not run");
+            }
+            Thread.yield();
+        }
+    }
+
     /* touch / touch_early: each of P threads owns a ring of `ring` timeouts,
      * scheduled 30 s ahead before the timed phase; n/P times it moves the
      * slot's deadline the only way Netty allows, cancel + newTimeout (Netty
@@ -779,17 +790,6 @@ public final class HwtBench {
      * hwt-bench does, so that a task whose worker was preempted between
      * expiring and running it is not judged against the bounds of calls
      * made since. */
-    /* Waits (10 s at most) until slot i's task has run `count` times. */
-    static void awaitRuns(String workload, AtomicIntegerArray runs, int i, int count) {
-        long until = System.nanoTime() + 10 * S_NS;
-        while (runs.get(i) < count) {
-            if (System.nanoTime() > until) {
-                die(workload + ": a cancel failed but the task did not run");
-            }
-            Thread.yield();
-        }
-    }
-
     static void touch(Config c, boolean earlyMode) {
         HashedWheelTimer timer = startTimer(c);
         int p = (int) c.threads, ring = (int) c.ring, slots = p * ring;
