@@ -25,8 +25,14 @@ int64_t hwtt_now_ns(void);
 /* Sleeps about ms milliseconds (only to let time pass, never to decide a result). */
 void hwtt_sleep_ms(int64_t ms);
 
-/* Kills the process with a message after `seconds` (SIGALRM). Call in main(). */
+/* Kills the process with a message after `seconds` (SIGALRM) times
+ * hwtt_slowdown(), at most HWTT_WATCHDOG_MAX_S: `seconds` is what the suite
+ * may take in a plain build. Call in main(). */
 void hwtt_watchdog(unsigned seconds);
+
+/* Below CTest's TIMEOUT for every suite (tests/CMakeLists.txt), so that a
+ * hang ends with the watchdog's message, not CTest's kill. */
+#define HWTT_WATCHDOG_MAX_S 880
 
 /* Polls cond (a C expression) every 200 us until it is true or timeout_ms
  * passed; evaluates to the final value of cond. */

@@ -687,8 +687,7 @@ static void test_run_without_executor_does_nothing(void **state)
 
 int main(void)
 {
-    int64_t wd = 120 * hwtt_slowdown();
-    hwtt_watchdog((unsigned)(wd > 880 ? 880 : wd));
+    hwtt_watchdog(120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_create_options_table, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_accepted_extremes_work, hwtt_teardown_timers),

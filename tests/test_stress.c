@@ -914,8 +914,7 @@ static void test_stress_summary(void **state)
 
 int main(void)
 {
-    int64_t wd = 170 * hwtt_slowdown();
-    hwtt_watchdog((unsigned)(wd > 880 ? 880 : wd));
+    hwtt_watchdog(170);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_stop_with_list),
         cmocka_unit_test(test_stress_stop_dropping),

@@ -260,8 +260,7 @@ static void test_skipped_without_hwt_debug(void **state)
 
 int main(void)
 {
-    int64_t wd = 120 * hwtt_slowdown();
-    hwtt_watchdog((unsigned)(wd > 880 ? 880 : wd));
+    hwtt_watchdog(120);
     const struct CMUnitTest tests[] = {
 #ifdef HWT_DEBUG
         cmocka_unit_test_teardown(test_double_release_of_a_handle, hwtt_teardown_timers),

@@ -1522,8 +1522,7 @@ static void test_sites_covered(void **state)
 
 int main(void)
 {
-    int64_t wd = 170 * hwtt_slowdown();
-    hwtt_watchdog((unsigned)(wd > 880 ? 880 : wd));
+    hwtt_watchdog(170);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_create_fails_at_every_site, teardown),
         cmocka_unit_test_teardown(test_failed_creates_not_counted_live, teardown),
