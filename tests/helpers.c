@@ -42,25 +42,14 @@ static void watchdog_fired(int sig)
     _exit(99);
 }
 
-/* SIGALRM after `seconds` times hwtt_slowdown(), at most HWTT_WATCHDOG_MAX_S. */
-static void alarm_scaled(unsigned seconds)
-{
-    int64_t s = (int64_t)seconds * hwtt_slowdown();
-    alarm((unsigned)(s > HWTT_WATCHDOG_MAX_S ? HWTT_WATCHDOG_MAX_S : s));
-}
-
 void hwtt_watchdog(unsigned seconds)
 {
     /* A sanitizer build runs the same work several times slower, and a
      * host that steals CPU time slows it again: a plain build's limit
      * would fail a suite that is only slow. */
+    int64_t s = (int64_t)seconds * hwtt_slowdown();
     signal(SIGALRM, watchdog_fired);
-    alarm_scaled(seconds);
-}
-
-void hwtt_child_watchdog(unsigned seconds)
-{
-    alarm_scaled(seconds); /* the watchdog's handler is the parent's, inherited */
+    alarm((unsigned)(s > HWTT_WATCHDOG_MAX_S ? HWTT_WATCHDOG_MAX_S : s));
 }
 
 hwt_timer *hwtt_timer_opts(const hwt_options *options)

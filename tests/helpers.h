@@ -27,14 +27,10 @@ void hwtt_sleep_ms(int64_t ms);
 
 /* Kills the process with a message after `seconds` (SIGALRM) times
  * hwtt_slowdown(), at most HWTT_WATCHDOG_MAX_S: `seconds` is what the suite
- * may take in a plain build. Call in main(). */
+ * may take in a plain build. Call in main(); a forked child that could hang
+ * may call it again for a limit of its own (async-signal-safe there: the
+ * first call cached the factor before any fork). */
 void hwtt_watchdog(unsigned seconds);
-
-/* In a forked child: ends it with the watchdog's message after `seconds`
- * times hwtt_slowdown() (a child's hang guard, scaled as the suites' are).
- * Async-signal-safe once hwtt_watchdog has run in main(), which caches the
- * factor before any fork. */
-void hwtt_child_watchdog(unsigned seconds);
 
 /* Below CTest's TIMEOUT for every suite (tests/CMakeLists.txt), so that a
  * hang ends with the watchdog's message, not CTest's kill. */

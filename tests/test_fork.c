@@ -228,7 +228,7 @@ static void forking_task(hwt_timeout *timeout, void *arg)
     hwt_timer *timer = hwt_timeout_timer(timeout);
     pid_t pid = fork();
     if (pid == 0) {
-        hwtt_child_watchdog(20);
+        hwtt_watchdog(20);
         child_of_the_worker(timer);
         _exit(0);
     }

@@ -85,7 +85,7 @@ static void app_child(void)
     int action = atomic_load(&child_action);
     if (action == DO_NOTHING)
         return;
-    hwtt_child_watchdog(10);
+    hwtt_watchdog(10);
     found->child_step = REACHED_CALL;
     if (action == USE_INHERITED) {
         found->schedule_rc = hwt_new_timeout(app_timer, noop, NULL, 1, HWT_HOURS, NULL);
