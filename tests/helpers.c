@@ -49,6 +49,13 @@ void hwtt_watchdog(unsigned seconds)
      * would fail a suite that is only slow. */
     int64_t s = (int64_t)seconds * hwtt_slowdown();
     signal(SIGALRM, watchdog_fired);
+    /* A child forked on a timer's worker inherits its mask, which blocks
+     * every signal: the alarm would never end it. (sigprocmask: the child
+     * has one thread, and main() has one when it calls this.) */
+    sigset_t alarm_only;
+    sigemptyset(&alarm_only);
+    sigaddset(&alarm_only, SIGALRM);
+    sigprocmask(SIG_UNBLOCK, &alarm_only, NULL);
     alarm((unsigned)(s > HWTT_WATCHDOG_MAX_S ? HWTT_WATCHDOG_MAX_S : s));
 }
 
