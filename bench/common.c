@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <stdatomic.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,7 @@ void bench_lateness(struct bench_lateness *l, size_t n, const int64_t *ran_at,
     if (dump != NULL)
         bench_write_dump(dump, late, n);
     *l = (struct bench_lateness){late, n, last, worst_due, n ? sum / (double)n : 0, early};
+    bench_timed_extend(last);
 }
 
 void bench_put_lateness(const struct bench_lateness *l)
@@ -461,6 +463,8 @@ void bench_team_start(struct bench_team *tm, size_t threads, void (*call)(void *
     }
 }
 
+struct bench_window bench_timed;
+
 int64_t bench_wall(const int64_t *start, const int64_t *end, size_t p)
 {
     int64_t first = INT64_MAX, last = INT64_MIN;
@@ -470,7 +474,21 @@ int64_t bench_wall(const int64_t *start, const int64_t *end, size_t p)
         if (end[i] > last)
             last = end[i];
     }
+    bench_timed = (struct bench_window){first, last};
     return last - first;
+}
+
+void bench_timed_extend(int64_t to)
+{
+    if (bench_timed.from != 0 && to > bench_timed.to)
+        bench_timed.to = to;
+}
+
+void bench_put_timed(void)
+{
+    if (bench_timed.from != 0)
+        bench_put(" timed_from_ns=%" PRId64 " timed_to_ns=%" PRId64, bench_timed.from,
+                  bench_timed.to);
 }
 
 int64_t bench_team_step(struct bench_team *tm)

@@ -228,8 +228,28 @@ int64_t bench_team_step(struct bench_team *tm);
 
 void bench_team_stop(struct bench_team *tm);
 
-/* Last end - first start of p threads' [start, end] stamps. */
+/* Last end - first start of p threads' [start, end] stamps. Also makes
+ * that span the run's timed window (below): the last phase measured is the
+ * one the figures come from. */
 int64_t bench_wall(const int64_t *start, const int64_t *end, size_t p);
+
+/* The run's timed window (CLOCK_MONOTONIC ns; from = 0: none yet): the last
+ * phase bench_wall measured, stretched to what its figures wait for after
+ * it (the worker settling, for the CPU figures; expire's last task). Every
+ * twin prints it as timed_from_ns and timed_to_ns, so that bench/with-steal
+ * can tell how much of it fell in one of the machine's slow spells
+ * (hwt-canary, bench/README.md). */
+struct bench_window {
+    int64_t from, to;
+};
+extern struct bench_window bench_timed;
+
+/* Stretches the timed window to `to` (nothing if there is no window yet). */
+void bench_timed_extend(int64_t to);
+
+/* Appends timed_from_ns and timed_to_ns to the result line, if a window was
+ * measured. */
+void bench_put_timed(void);
 
 /* ------------------------------------------------ touch and touch_early */
 

@@ -448,6 +448,7 @@ static struct settled settle(const struct bench_config *c, hwt_timer *timer, pid
             quiet_since = now;
             s = (struct settled){pc, now};
         } else if (now - quiet_since >= quiet) {
+            bench_timed_extend(s.at_ns); /* the CPU figures run to here */
             return s;
         }
         if (now > deadline)
@@ -997,6 +998,7 @@ int main(int argc, char **argv)
             if (c.wheel > (1L << 30))
                 bench_die("wheel must be <= 2^30");
             workloads[i].fn(&c);
+            bench_put_timed();
             printf("%s\n", bench_line.text);
             fflush(stdout);
             return 0;

@@ -406,6 +406,7 @@ public final class HwtBench {
             sleepNs(MS_NS);
         }
         at[0] = System.nanoTime();
+        timedExtend(at[0]); /* the CPU figures run to here */
         long waited = waitedBefore + THREADS.getCurrentThreadCpuTime() - self0;
         CpuMark m = cpuMark();
         m.waited = waited;
@@ -533,12 +534,31 @@ public final class HwtBench {
             error[0].printStackTrace();
             die("a phase thread failed");
         }
+        return wall(start, end, threads);
+    }
+
+    /* As bench/common.h's bench_wall: last end - first start, and that span
+     * becomes the run's timed window. */
+    static long wall(long[] start, long[] end, int threads) {
         long first = Long.MAX_VALUE, last = Long.MIN_VALUE;
         for (int i = 0; i < threads; i++) {
             first = Math.min(first, start[i]);
             last = Math.max(last, end[i]);
         }
+        timedFrom = first;
+        timedTo = last;
         return last - first;
+    }
+
+    /* The run's timed window (System.nanoTime(), CLOCK_MONOTONIC on Linux;
+     * timedFrom = 0: none), as bench/common.h's bench_timed: printed as
+     * timed_from_ns and timed_to_ns for bench/with-steal. */
+    static long timedFrom, timedTo;
+
+    static void timedExtend(long to) {
+        if (timedFrom != 0 && to > timedTo) {
+            timedTo = to;
+        }
     }
 
     /* P threads that run several phases (schedule_warm, cancel_own), so that a
@@ -599,12 +619,7 @@ public final class HwtBench {
                 }
                 die("a team thread failed: " + e);
             }
-            long first = Long.MAX_VALUE, last = Long.MIN_VALUE;
-            for (int i = 0; i < threads; i++) {
-                first = Math.min(first, start[i]);
-                last = Math.max(last, end[i]);
-            }
-            return last - first;
+            return wall(start, end, threads);
         }
 
         void stop() {
@@ -941,6 +956,7 @@ public final class HwtBench {
             sum += late[i];
         }
         long worstDue = schedAt[worst] + delays[worst] - t0;
+        timedExtend(last);
         Arrays.sort(late);
         if (c.dump != null) {
             try (BufferedWriter w = new BufferedWriter(new FileWriter(c.dump), 1 << 16)) {
@@ -1092,7 +1108,11 @@ public final class HwtBench {
              * G1's heap (to ~40 MB), and the measured run then pays for many
              * young collections and heap growth (cancel: 2-3x slower). */
         }
+        timedFrom = 0; /* the warm-up's does not count */
         run(c);
+        if (timedFrom != 0) {
+            put(" timed_from_ns=" + timedFrom + " timed_to_ns=" + timedTo);
+        }
         System.out.println(line);
         System.out.flush();
         System.exit(0); /* do not wait for a worker thread left by a failed stop */

@@ -315,6 +315,7 @@ static struct settled settle(struct work *w, pid_t wtid, size_t target)
             quiet_since = now;
             s = (struct settled){pc, now, wc};
         } else if (now - quiet_since >= quiet) {
+            bench_timed_extend(s.at_ns); /* the CPU figures run to here */
             return s;
         }
         if (now > deadline)
@@ -655,6 +656,7 @@ int bench_main(struct bench_peer *p, int argc, char **argv)
                 return 0;
             }
             workloads[i].fn(&c);
+            bench_put_timed();
             printf("%s%s\n", bench_line.text, notes.text);
             fflush(stdout);
             return 0;
