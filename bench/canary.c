@@ -135,8 +135,8 @@ int main(int argc, char **argv)
         list = add_spell(list, &spells, run_from, bench_now_ns(), &in_spells, &longest);
     for (size_t i = 0; i < spells; i++)
         printf("spell from_ns=%" PRId64 " to_ns=%" PRId64 "\n", list[i].from, list[i].to);
-    printf("canary samples=%zu spell_ms=%.1f spells=%zu longest_ms=%.1f slowest_x=%.1f\n",
-           samples, (double)in_spells / 1e6, spells, (double)longest / 1e6,
+    printf("canary samples=%zu spell_ms=%.1f spells=%zu longest_ms=%.1f slowest_x=%.1f\n", samples,
+           (double)in_spells / 1e6, spells, (double)longest / 1e6,
            fastest > 0 && fastest != INT64_MAX ? (double)slowest / (double)fastest : 0.0);
     free(list);
     return 0;
