@@ -398,7 +398,8 @@ static struct hwt__wheel_node *slot_pop(struct hwt__wheel *wheel, struct slot_re
 
 /* ------------------------------------------------------------ moving cur */
 
-/* Links again, lower down, every node of the level-k slot holding `tick`. */
+/* Links again, lower down, every node of the level-k slot holding `tick`;
+ * the next one is fetched while this one is placed (as in expire_bucket). */
 static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
 {
     struct slot_ref ref = slot_at(wheel, level, tick);
@@ -406,6 +407,7 @@ static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
     struct hwt__wheel_link *link = bucket_take(ref);
     while (link != end) { /* nothing is placed back into this slot: below it */
         struct hwt__wheel_link *next = at(link->next);
+        __builtin_prefetch(next);
         wheel->count--;
         place_below(wheel, node_of(link), level - 1);
         link = next;
@@ -555,7 +557,10 @@ size_t hwt__wheel_precascade(struct hwt__wheel *wheel, size_t budget)
 
 /* Hands every node of the level-0 bucket of cur to `due`, in link order;
  * refiled ones are placed again (those due now join the bucket afresh,
- * behind, and are handed back by the caller's next round). */
+ * behind, and are handed back by the caller's next round). The next node
+ * is fetched while `due` runs: a bucket's nodes are scattered, and the walk
+ * would otherwise wait for each one's line after the previous task (see
+ * "Prefetching the walks" in bench/README.md). */
 static void expire_bucket(struct hwt__wheel *wheel, struct slot_ref ref, hwt__wheel_due_fn due,
                           void *ctx)
 {
@@ -563,6 +568,7 @@ static void expire_bucket(struct hwt__wheel *wheel, struct slot_ref ref, hwt__wh
     struct hwt__wheel_link *link = bucket_take(ref);
     while (link != end) {
         struct hwt__wheel_link *next = at(link->next);
+        __builtin_prefetch(next);
         struct hwt__wheel_node *node = node_of(link);
         link->next = link->prev = 0;
         wheel->count--;
