@@ -32,9 +32,11 @@ static uint64_t wakeups(hwt_timer *timer)
 /* Whether the worker, having moved the hour's timeout, planned its sleep:
  * it published a wake-up (wake_before, relative to the timer's start;
  * INT64_MIN while awake) near the hour, when the wheel cascades that
- * timeout. From then on a timeout due later stays queued. The move alone is
- * not the state the tests mean: the worker then still ends its pass, and
- * takes what was queued meanwhile (under emulation, one run in three). */
+ * timeout. Once it sleeps, a timeout due later stays queued (it may still
+ * be rechecking the queues: see test_later_deadline_stays_queued). The move
+ * alone is not the state the tests mean: the worker then still ends its
+ * pass, and takes what was queued meanwhile (under emulation, one run in
+ * three). */
 static bool planned_the_hour(hwt_timer *timer)
 {
     return transferred(timer) == 1 &&
