@@ -12,6 +12,15 @@
  *
  * The lock guards the bookkeeping only: the mmap calls that put memory in
  * a range taken, and take it out of one given back, run without it.
+ *
+ * Populated maps take turns (populate_lock). Mapping takes the process's
+ * memory-map lock for writing and populating holds it for reading, for up
+ * to milliseconds where fresh pages are dear, so a thread whose map comes
+ * during another's population sleeps through it anyway, its CPU idle
+ * (bench/README.md, "Each full-size region takes three system calls").
+ * Taking turns in a lock of our own lets a thread that does not need the
+ * memory yet skip its turn instead (hwt__arena_map_if_free): the pool maps
+ * a thread's next region ahead of need that way (pool.c, grow_ahead).
  */
 #define _GNU_SOURCE
 #include "arena.h"
@@ -24,6 +33,7 @@
 #include <sys/resource.h>
 
 #include "os.h"
+#include "steps.h"
 
 #define BLOCKS_PER_SLOT (HWT_ARENA_SLOT_BYTES / HWT_ARENA_BLOCK_BYTES) /* 128 */
 #define CUT_SIZES 7 /* pieces of 16 KiB << 0 .. 6 */
@@ -38,6 +48,9 @@ struct cut_slot {
     uint8_t size;     /* pieces of HWT_ARENA_BLOCK_BYTES << size */
     bool listed;      /* on its size's list */
 };
+
+/* Taken around a populated map, before arena.lock (see the top). */
+static pthread_mutex_t populate_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     pthread_mutex_t lock;
@@ -238,7 +251,7 @@ static void give_back_locked(char *p, size_t size)
         mark_slots((size_t)(p - hwt__arena_base) / HWT_ARENA_SLOT_BYTES, slots, false);
 }
 
-void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
+static void *map(hwt__alloc_site site, size_t size, bool populate)
 {
     if (hwt__alloc_should_fail(site) || size == 0)
         return NULL;
@@ -276,6 +289,27 @@ void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
     return p;
 }
 
+void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
+{
+    if (!populate)
+        return map(site, size, false);
+    pthread_mutex_lock(&populate_lock);
+    hwt__step_reached(HWT_STEP_POPULATE_TURN, NULL);
+    void *p = map(site, size, true);
+    pthread_mutex_unlock(&populate_lock);
+    return p;
+}
+
+void *hwt__arena_map_if_free(hwt__alloc_site site, size_t size)
+{
+    if (pthread_mutex_trylock(&populate_lock) != 0)
+        return NULL;
+    hwt__step_reached(HWT_STEP_POPULATE_TURN, NULL);
+    void *p = map(site, size, true);
+    pthread_mutex_unlock(&populate_lock);
+    return p;
+}
+
 bool hwt__arena_has_room(size_t size)
 {
     unsigned cut = 0;
@@ -306,19 +340,22 @@ void hwt__arena_unmap(void *p, size_t size)
 
 void hwt__arena_before_fork(void)
 {
+    pthread_mutex_lock(&populate_lock);
     pthread_mutex_lock(&arena.lock);
 }
 
 void hwt__arena_after_fork_in_parent(void)
 {
     pthread_mutex_unlock(&arena.lock);
+    pthread_mutex_unlock(&populate_lock);
 }
 
 void hwt__arena_after_fork_in_child(void)
 {
-    /* The forking thread took it in hwt__arena_before_fork, and is the
-     * child's one thread: it gives it back, as in the parent. */
+    /* The forking thread took them in hwt__arena_before_fork, and is the
+     * child's one thread: it gives them back, as in the parent. */
     pthread_mutex_unlock(&arena.lock);
+    pthread_mutex_unlock(&populate_lock);
 }
 
 size_t hwt__arena_bytes(void)

@@ -14,7 +14,8 @@
  * which leaves the addresses reserved for the next map.
  *
  * Any thread; the reservation and the bookkeeping are behind one lock, taken
- * per map and unmap (a timeout pool maps 16 KiB to 2 MiB at a time).
+ * per map and unmap (a timeout pool maps 16 KiB to 2 MiB at a time), and
+ * populated maps take turns.
  */
 #ifndef HWT_ARENA_H
 #define HWT_ARENA_H
@@ -52,9 +53,15 @@ static inline hwt__ref hwt__arena_ref(const void *p)
  * of blocks (16 KiB), aligned to its rounded size up to a slot (2 MiB, a
  * large page: a mapping of whole slots is backed by large pages where the
  * system has them); with `populate`, its pages faulted in where the kernel
- * can (else each on its first touch). NULL when the arena or memory is
- * exhausted (nothing changed then). */
+ * can (else each on its first touch), after any other thread's populated
+ * map under way. NULL when the arena or memory is exhausted (nothing
+ * changed then). */
 void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate);
+
+/* A populated map, as hwt__arena_map(site, size, true), if no other
+ * thread is making one (populated maps take turns: arena.c); NULL at once
+ * if one is, or as hwt__arena_map fails. */
+void *hwt__arena_map_if_free(hwt__alloc_site site, size_t size);
 
 /* Whether the range has room for a map of `size` now (a snapshot): where a
  * map failed, tells a full range from a failing system. Any thread. */

@@ -515,6 +515,40 @@ static struct take take_locked(struct hwt__pool *pool, const struct thread_cache
     return got;
 }
 
+/* Lists a region just mapped for cache c, its chunks from `handed` on
+ * waiting in the depot for it: NULL, with the region unmapped, when its
+ * descriptor cannot be had. */
+static struct hwt__region *add_region(hwt_timer *timer, struct thread_cache *c, char *base,
+                                      size_t bytes, unsigned handed)
+{
+    struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);
+    if (r == NULL) {
+        hwt__arena_unmap(base, bytes);
+        return NULL;
+    }
+    memset(r, 0, sizeof *r);
+    r->base = base;
+    r->bytes = bytes;
+    r->capacity = timeouts_in_region(bytes);
+    r->chunks = (unsigned)(bytes / HWT_TIMEOUT_CHUNK_BYTES);
+    r->next_chunk = handed;
+    r->free = r->capacity - handed * HWT_TIMEOUTS_PER_CHUNK;
+    r->owner = c;
+    c->region_bytes = bytes;
+
+    struct hwt__pool *pool = &timer->pool;
+    pthread_mutex_lock(&pool->lock);
+    list_add(pool, HWT_REGIONS_ALL, r);
+    if (r->chunks > handed)
+        list_add(pool, HWT_REGIONS_TAILS, r);
+    if (handed == 0) /* entirely free: kept, or trimmed, as any such region */
+        list_add(pool, HWT_REGIONS_IDLE, r);
+    pool->capacity += r->capacity;
+    pool->free += r->free;
+    pthread_mutex_unlock(&pool->lock);
+    return r;
+}
+
 /* Maps a new region for the calling thread: its first chunk is the thread's,
  * the others wait in the depot for it. False when memory ran out;
  * nothing changed then. */
@@ -537,34 +571,49 @@ static bool grow(hwt_timer *timer, struct thread_cache *c, struct take *got)
         bytes /= 2;
         base = hwt__arena_map(HWT_SITE_TIMEOUT_POOL, bytes, true);
     }
-    if (base == NULL)
+    struct hwt__region *r = base != NULL ? add_region(timer, c, base, bytes, 1) : NULL;
+    if (r == NULL)
         return false;
-    struct hwt__region *r = hwt__malloc(HWT_SITE_TIMEOUT_POOL, sizeof *r);
-    if (r == NULL) {
-        hwt__arena_unmap(base, bytes);
-        return false;
-    }
-    memset(r, 0, sizeof *r);
-    r->base = base;
-    r->bytes = bytes;
-    r->capacity = timeouts_in_region(bytes);
-    r->chunks = (unsigned)(bytes / HWT_TIMEOUT_CHUNK_BYTES);
-    r->next_chunk = 1;
-    r->free = r->capacity - HWT_TIMEOUTS_PER_CHUNK;
-    r->owner = c;
-    c->region_bytes = bytes;
-
-    struct hwt__pool *pool = &timer->pool;
-    pthread_mutex_lock(&pool->lock);
-    list_add(pool, HWT_REGIONS_ALL, r);
-    if (r->chunks > 1)
-        list_add(pool, HWT_REGIONS_TAILS, r);
-    pool->capacity += r->capacity;
-    pool->free += r->free;
-    pthread_mutex_unlock(&pool->lock);
-
     *got = (struct take){{NULL, HWT_TIMEOUTS_PER_CHUNK, NULL}, r, 0};
     return true;
+}
+
+/* Free timeouts in the depot that cache c may take without growing: freed
+ * ones, and never-used chunks kept for it or for anyone. */
+static size_t takeable_locked(const struct hwt__pool *pool, const struct thread_cache *c)
+{
+    size_t n = pool->free;
+    for (const struct hwt__region *r = pool->regions[HWT_REGIONS_TAILS]; r != NULL;
+         r = r->links[HWT_REGIONS_TAILS].next)
+        if (r->owner != NULL && r->owner != c)
+            n -= (size_t)(r->chunks - r->next_chunk) * HWT_TIMEOUTS_PER_CHUNK;
+    return n;
+}
+
+/* Whether a thread that took from the depot without growing should map its
+ * next region now (grow_ahead): it grows full-size regions, and what it
+ * may take is down to a quarter of one (a few hundred us of scheduling;
+ * more would leave more never-used memory behind when a burst ends: half a
+ * region tried, churn's median 1.06x). Pool locked. */
+static bool should_grow_ahead_locked(const struct hwt__pool *pool, const struct thread_cache *c)
+{
+    return c->region_bytes == HWT_MAX_REGION_BYTES &&
+           takeable_locked(pool, c) < timeouts_in_region(HWT_MAX_REGION_BYTES) / 4;
+}
+
+/* Maps the calling thread's next full-size region before it needs it, if
+ * no other thread is populating memory: its chunks wait in the depot for
+ * it. A thread that runs out maps its region at once and, should another
+ * thread be populating one, sleeps until that is done, its CPU idle; ahead
+ * of need, a thread skips its turn instead and goes on with what it has
+ * (arena.c). That takes the slow tail off bursts on 2 CPUs, not their
+ * median (bench/README.md, "Mapping ahead"). Best effort: nothing changes
+ * when the memory is not to be had. */
+static void grow_ahead(hwt_timer *timer, struct thread_cache *c)
+{
+    char *base = hwt__arena_map_if_free(HWT_SITE_TIMEOUT_POOL, HWT_MAX_REGION_BYTES);
+    if (base != NULL)
+        add_region(timer, c, base, HWT_MAX_REGION_BYTES, 0);
 }
 
 /* ---------------------------------------------------------------- pool */
@@ -884,6 +933,7 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
     pthread_mutex_lock(&timer->pool.lock);
     c->took_ns = note_allocated(&timer->pool, c->allocated, c->took_ns);
     got = take_locked(&timer->pool, c, false);
+    bool ahead = got.mag.count > 0 && should_grow_ahead_locked(&timer->pool, c);
     pthread_mutex_unlock(&timer->pool.lock);
     c->allocated = 0;
     if (got.mag.count == 0 && !grow(timer, c, &got)) {
@@ -903,6 +953,8 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
     } else {
         c->loaded = got.mag;
     }
+    if (ahead)
+        grow_ahead(timer, c);
     return true;
 }
 

@@ -26,26 +26,29 @@ typedef enum {
     HWT_STEP_SCHEDULE_ADMITTED, /* a schedule saw the timer running, before it queues its timeout */
     HWT_STEP_STOP_COUNTING,     /* the final drain counted the failed schedules of a stripe,
                                    before it reads the started ones */
-    HWT_STEP_RESCHEDULE_CLAIMED, /* a reschedule counts in BUSY and wrote its deadline, before
-                                    it leaves the count */
-    HWT_STEP_RESCHEDULE_TOLD,    /* a reschedule left BUSY setting MOVED, before it pushes
-                                    the timeout on its moved stack */
-    HWT_STEP_WORKER_DEFERS,      /* the worker found a timeout BUSY, before it defers it */
-    HWT_STEP_DRAIN_WAITS,        /* the final drain waits for cancels and moved entries still
-                                    to come (each time round) */
+    HWT_STEP_RESCHEDULE_CLAIMED,  /* a reschedule counts in BUSY and wrote its deadline, before
+                                     it leaves the count */
+    HWT_STEP_RESCHEDULE_TOLD,     /* a reschedule left BUSY setting MOVED, before it pushes
+                                     the timeout on its moved stack */
+    HWT_STEP_WORKER_DEFERS,       /* the worker found a timeout BUSY, before it defers it */
+    HWT_STEP_DRAIN_WAITS,         /* the final drain waits for cancels and moved entries still
+                                     to come (each time round) */
     HWT_STEP_RESCHEDULE_COMPARED, /* a later move compared its deadline with the one it read,
                                      before it writes its own */
-    HWT_STEP_WORKER_PLANNED,     /* the worker published its plan, read the futex word and
-                                    cleared kicked, before it looks at the queues again */
-    HWT_STEP_TRANSFER_SLICED,    /* the worker moved a slice of a long transfer (and ran the
-                                    ticks that ended), before the next slice */
+    HWT_STEP_WORKER_PLANNED,      /* the worker published its plan, read the futex word and
+                                     cleared kicked, before it looks at the queues again */
+    HWT_STEP_TRANSFER_SLICED,     /* the worker moved a slice of a long transfer (and ran the
+                                     ticks that ended), before the next slice */
     HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule counts in BUSY, before it writes its deadline */
-    HWT_STEP_STATS_CLOCK,        /* a stats read found the worker running, before it reads the
-                                    clock for the ticks */
-    HWT_STEP_WORKER_EXPIRING,    /* the worker found a pending timeout due, before it claims
-                                    its deadline */
-    HWT_STEP_WORKER_CLAIMED,     /* the worker claimed a due timeout's deadline, before it
-                                    marks the timeout expired */
+    HWT_STEP_STATS_CLOCK,         /* a stats read found the worker running, before it reads the
+                                     clock for the ticks */
+    HWT_STEP_WORKER_EXPIRING,     /* the worker found a pending timeout due, before it claims
+                                     its deadline */
+    HWT_STEP_WORKER_CLAIMED,      /* the worker claimed a due timeout's deadline, before it
+                                     marks the timeout expired */
+    /* A thread has the turn to map and populate memory, before it maps
+     * (arena.c; no timer: NULL). */
+    HWT_STEP_POPULATE_TURN,
     HWT_STEP_COUNT
 } hwt__step;
 

@@ -14,6 +14,7 @@
 
 #include "helpers.h"
 #include "internal.h"
+#include "steps.h"
 
 static void noop(hwt_timeout *timeout, void *arg)
 {
@@ -1640,11 +1641,179 @@ static void test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again(
     assert_true(atomic_load(&x.bound_after));
 }
 
+/* ------------------------------------------------------------ mapping ahead
+ *
+ * A thread that runs out of memory maps a region and populates it at once,
+ * and sleeps, its CPU idle, while another thread populates one (one at a
+ * time: arena.c). So a thread that grows full-size regions maps its next
+ * one while a quarter of one is still to be taken, if no other thread is
+ * populating then (pool.c, grow_ahead). */
+
+/* Watches the pool of `timer` grow during one schedule: a full-size region
+ * mapped with `room` timeouts still free beyond the i scheduled before (0:
+ * it had run out). */
+struct growth {
+    hwt_timer *timer;
+    size_t cap;         /* the pool's capacity before the call */
+    size_t full_grown;  /* full-size regions mapped during calls */
+    size_t grown_ahead; /* of them, with room left */
+    size_t last_room;   /* at the last full-size growth */
+};
+
+static void note_growth(struct growth *g, size_t scheduled_before)
+{
+    size_t cap = hwt__pool_capacity(&g->timer->pool);
+    if (cap >= g->cap + timeouts_in(HWT_MAX_REGION_BYTES)) {
+        g->full_grown++;
+        g->last_room = g->cap - scheduled_before;
+        if (g->last_room > 0)
+            g->grown_ahead++;
+    }
+    g->cap = cap;
+}
+
+struct ahead_job {
+    struct growth g;
+    size_t n;
+    hwt_timeout **h;
+    size_t scheduled;
+    int failures;
+};
+
+/* Schedules up to n one-hour timeouts with handles, and stops right after
+ * the second region mapped ahead (its memory all unused). */
+static void *schedule_until_two_ahead(void *p)
+{
+    struct ahead_job *job = p;
+    job->g.cap = hwt__pool_capacity(&job->g.timer->pool);
+    for (size_t i = 0; i < job->n && job->g.grown_ahead < 2; i++) {
+        if (hwt_new_timeout(job->g.timer, noop, NULL, 1, HWT_HOURS, &job->h[i]) != 0) {
+            job->failures++;
+            break;
+        }
+        job->scheduled++;
+        note_growth(&job->g, i);
+    }
+    return NULL;
+}
+
+static void test_a_thread_maps_its_next_region_before_it_runs_out(void **state)
+{
+    (void)state;
+    enum { N = 200000 }; /* small regions (~37 000), then five full-size ones */
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    hwt_timeout **h = calloc(N, sizeof *h);
+    assert_non_null(h);
+    struct ahead_job job = {.g = {.timer = timer}, .n = N, .h = h};
+    pthread_t th; /* exits after: its cache goes back */
+    assert_int_equal(pthread_create(&th, NULL, schedule_until_two_ahead, &job), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("  %zu scheduled: %zu full-size regions, %zu of them mapped ahead "
+                  "(the last with %zu free)\n",
+                  job.scheduled, job.g.full_grown, job.g.grown_ahead, job.g.last_room);
+    assert_int_equal(job.failures, 0);
+    /* The first full-size region comes when the small ones run out; each
+     * after it while a quarter of the one before is left, none later. */
+    assert_int_equal(job.g.grown_ahead, 2);
+    assert_int_equal(job.g.full_grown, 3);
+    assert_true(job.g.last_room >= timeouts_in(HWT_MAX_REGION_BYTES) / 8);
+
+    /* The region mapped last was never used: it goes back with the rest. */
+    for (size_t i = 0; i < job.scheduled; i++)
+        assert_true(hwt_timeout_cancel(h[i]));
+    assert_true(hwtt_wait_until(only_handles_hold(h, job.scheduled), hwtt_slack_ms(5000)));
+    for (size_t i = 0; i < job.scheduled; i++) /* this thread never scheduled: to the depot */
+        hwt_timeout_release(h[i]);
+    assert_int_equal(hwt_stop(timer, NULL, NULL), 0);
+    assert_int_equal(hwt__pool_capacity(&timer->pool), 0);
+    free(h);
+    hwtt_destroy(timer);
+}
+
+/* A gate at HWT_STEP_POPULATE_TURN: armed, the first thread to take the
+ * turn to populate waits there, holding it, until the test opens it. */
+static atomic_bool turn_armed, turn_reached, turn_open;
+
+static void hold_the_populate_turn(hwt__step step, void *timer)
+{
+    (void)timer;
+    if (step != HWT_STEP_POPULATE_TURN || !atomic_exchange(&turn_armed, false))
+        return;
+    atomic_store(&turn_reached, true);
+    hwtt_wait_until(atomic_load(&turn_open), hwtt_slack_ms(5000)); /* a waiter fails, late */
+}
+
+static void *schedule_one_hour(void *p)
+{
+    return hwt_new_timeout(p, noop, NULL, 1, HWT_HOURS, NULL) == 0 ? NULL : p;
+}
+
+/* The thread that would map ahead while another populates goes on with
+ * what it has (it would sleep through the other's population if it
+ * waited), and maps ahead at its next chance. */
+static void test_a_thread_skips_mapping_ahead_while_another_populates(void **state)
+{
+    (void)state;
+    const size_t region = timeouts_in(HWT_MAX_REGION_BYTES);
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    hwt_timer *other = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    assert_int_equal(hwt_timer_start(timer), 0);
+    assert_int_equal(hwt_timer_start(other), 0);
+    struct growth g = {.timer = timer, .cap = hwt__pool_capacity(&timer->pool)};
+    size_t i = 0;
+    while (g.full_grown == 0) { /* up to a first full-size region of its own */
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+        note_growth(&g, i++);
+    }
+    assert_int_equal(g.grown_ahead, 0);
+
+    /* Another thread takes the turn (its first region on `other`) and
+     * holds it. */
+    atomic_store(&turn_reached, false);
+    atomic_store(&turn_open, false);
+    atomic_store(&turn_armed, true);
+    hwt__set_step_hook(hold_the_populate_turn);
+    pthread_t populating;
+    assert_int_equal(pthread_create(&populating, NULL, schedule_one_hour, other), 0);
+    assert_true(hwtt_wait_until(atomic_load(&turn_reached), hwtt_slack_ms(5000)));
+
+    /* Well into the last quarter of its region: every refill there would
+     * map ahead, and finds the turn taken. */
+    size_t held = g.cap;
+    while (g.cap - i > region / 8 && g.cap == held) {
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+        note_growth(&g, i++);
+    }
+    bool skipped = g.cap == held && !atomic_load(&turn_open);
+    atomic_store(&turn_open, true);
+    void *failed;
+    assert_int_equal(pthread_join(populating, &failed), 0);
+    hwt__set_step_hook(NULL);
+    assert_null(failed);
+    assert_true(skipped); /* nothing mapped, and no waiting for the turn */
+
+    /* The turn is free: the next refill maps ahead, with room left. */
+    while (g.full_grown == 1 && g.cap > i) {
+        assert_int_equal(hwt_new_timeout(timer, noop, NULL, 1, HWT_HOURS, NULL), 0);
+        note_growth(&g, i++);
+    }
+    print_message("  region mapped ahead once the turn was free, with %zu free\n", g.last_room);
+    assert_int_equal(g.grown_ahead, 1);
+    assert_true(g.last_room > 0);
+    hwtt_destroy(other);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
     hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_a_thread_maps_its_next_region_before_it_runs_out,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_thread_skips_mapping_ahead_while_another_populates,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_exiting_thread_gives_its_fresh_run_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_nothing_is_handed_out_twice, hwtt_teardown_timers),
@@ -1683,7 +1852,8 @@ int main(void)
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_no_region_goes_back_during_a_scan, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_caches_a_bounded_number, hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_an_emptied_cache_keeps_its_timer_alive, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_an_emptied_cache_keeps_its_timer_alive,
+                                  hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_thread_refused_for_the_limit_gives_its_cache_back,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_worker_bound_to_another_timer_gives_back_before_it_sleeps,

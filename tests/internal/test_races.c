@@ -1425,10 +1425,12 @@ static hwt_timer *far_sleeping_timer(uint32_t max_transfers)
  * it. */
 static void pause_in_a_far_plan(hwt__step step, void *timer)
 {
+    if (step != HWT_STEP_WORKER_PLANNED) /* some steps have no timer */
+        return;
     hwt_timer *t = timer;
     int64_t wake_before = atomic_load(&t->wake_before);
-    if (step == HWT_STEP_WORKER_PLANNED && !atomic_load(&t->cancel_watch) &&
-        wake_before > hwt__rel_now(t) + INT64_C(10000000000) && wake_before != INT64_MAX)
+    if (!atomic_load(&t->cancel_watch) && wake_before > hwt__rel_now(t) + INT64_C(10000000000) &&
+        wake_before != INT64_MAX)
         step_hook(step, timer);
 }
 
