@@ -606,7 +606,7 @@ static bool should_grow_ahead_locked(const struct hwt__pool *pool, const struct 
  * it. A thread that runs out maps its region at once and, should another
  * thread be populating one, sleeps until that is done, its CPU idle; ahead
  * of need, a thread skips its turn instead and goes on with what it has
- * (arena.c). That takes the slow tail off bursts on 2 CPUs, not their
+ * (arena.c). On 2 CPUs that trims a burst's slow runs more than its
  * median (bench/README.md, "Mapping ahead"). Best effort: nothing changes
  * when the memory is not to be had. */
 static void grow_ahead(hwt_timer *timer, struct thread_cache *c)
