@@ -6,6 +6,8 @@
  * reserve (more while threads take timeouts), but never during a scan of
  * the pool; a thread caches a bounded number of timeouts; every timeout lies
  * whole inside a chunk that names its timer; the stop's scan skips free ones.
+ * A thread maps its next region before it runs out, unless another thread
+ * is populating memory then.
  */
 #include <pthread.h>
 #include <stdlib.h>
