@@ -289,25 +289,29 @@ static void *map(hwt__alloc_site site, size_t size, bool populate)
     return p;
 }
 
-void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
+/* A populated map in the turn the caller took (populate_lock), which it
+ * ends. */
+static void *map_in_turn(hwt__alloc_site site, size_t size)
 {
-    if (!populate)
-        return map(site, size, false);
-    pthread_mutex_lock(&populate_lock);
     hwt__step_reached(HWT_STEP_POPULATE_TURN, NULL);
     void *p = map(site, size, true);
     pthread_mutex_unlock(&populate_lock);
     return p;
 }
 
+void *hwt__arena_map(hwt__alloc_site site, size_t size, bool populate)
+{
+    if (!populate)
+        return map(site, size, false);
+    pthread_mutex_lock(&populate_lock);
+    return map_in_turn(site, size);
+}
+
 void *hwt__arena_map_if_free(hwt__alloc_site site, size_t size)
 {
     if (pthread_mutex_trylock(&populate_lock) != 0)
         return NULL;
-    hwt__step_reached(HWT_STEP_POPULATE_TURN, NULL);
-    void *p = map(site, size, true);
-    pthread_mutex_unlock(&populate_lock);
-    return p;
+    return map_in_turn(site, size);
 }
 
 bool hwt__arena_has_room(size_t size)
