@@ -30,4 +30,14 @@ void *hwt__calloc(hwt__alloc_site site, size_t count, size_t size);
 void *hwt__aligned_alloc(hwt__alloc_site site, size_t alignment, size_t size);
 void hwt__free(void *p);
 
+/* For arrays that can be large and live briefly (a stop's list of the
+ * pending timeouts, 8 bytes each), 16-aligned. A large one is a mapping of
+ * its own, so that freeing it gives it back to the system at once: glibc's
+ * malloc maps the first such block, but once that is freed it serves every
+ * later one of that size from a thread's heap and keeps it there after
+ * free, so a server would keep a stop's worth of memory per stop thread
+ * for good. Free with hwt__array_free (NULL does nothing). */
+void *hwt__array_alloc(hwt__alloc_site site, size_t size);
+void hwt__array_free(void *p);
+
 #endif

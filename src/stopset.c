@@ -7,6 +7,9 @@
  * each of them once. If the array cannot grow, the rest are chained through
  * their queue link instead: nothing is lost, and the hand-back retries the
  * allocation (HWT_ENOMEM keeps everything for a later stop or destroy).
+ * The array is one of alloc.h's arrays, which give a large one back to the
+ * system as soon as it is freed: the user frees it with
+ * hwt_timeouts_release.
  */
 #include <string.h>
 
@@ -17,10 +20,10 @@ void hwt__stopset_reserve(struct hwt__stopset *set, size_t n)
 {
     if (set->count != 0 || set->cap >= n || set->overflow != NULL)
         return;
-    hwt_timeout **array = hwt__malloc(HWT_SITE_STOP_LIST, n * sizeof *array);
+    hwt_timeout **array = hwt__array_alloc(HWT_SITE_STOP_LIST, n * sizeof *array);
     if (array == NULL)
         return; /* add grows it step by step, or chains */
-    hwt__free(set->array);
+    hwt__array_free(set->array);
     set->array = array;
     set->cap = n;
 }
@@ -29,11 +32,11 @@ void hwt__stopset_add(struct hwt__stopset *set, hwt_timeout *t)
 {
     if (set->count == set->cap && set->overflow == NULL) {
         size_t cap = set->cap == 0 ? 1024 : set->cap * 2;
-        hwt_timeout **grown = hwt__malloc(HWT_SITE_STOP_LIST, cap * sizeof *grown);
+        hwt_timeout **grown = hwt__array_alloc(HWT_SITE_STOP_LIST, cap * sizeof *grown);
         if (grown != NULL) {
             if (set->count > 0)
                 memcpy(grown, set->array, set->count * sizeof *grown);
-            hwt__free(set->array);
+            hwt__array_free(set->array);
             set->array = grown;
             set->cap = cap;
         }
@@ -58,12 +61,12 @@ int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *co
     *count = 0;
     size_t n = hwt__stopset_size(set);
     if (n == 0) {
-        hwt__free(set->array);
+        hwt__array_free(set->array);
         memset(set, 0, sizeof *set);
         return 0;
     }
     if (set->overflow != NULL) {
-        hwt_timeout **all = hwt__malloc(HWT_SITE_STOP_LIST, n * sizeof *all);
+        hwt_timeout **all = hwt__array_alloc(HWT_SITE_STOP_LIST, n * sizeof *all);
         if (all == NULL)
             return HWT_ENOMEM;
         if (set->count > 0)
@@ -71,7 +74,7 @@ int hwt__stopset_take(struct hwt__stopset *set, hwt_timeout ***array, size_t *co
         size_t i = set->count;
         for (ck_stack_entry_t *node = set->overflow; node != NULL; node = node->next)
             all[i++] = hwt__timeout_of_queue_link(node);
-        hwt__free(set->array);
+        hwt__array_free(set->array);
         set->array = all;
     }
     *array = set->array;
@@ -94,6 +97,6 @@ void hwt__stopset_drop(struct hwt__stopset *set)
         hwt__timeout_unref(t);
         node = next;
     }
-    hwt__free(set->array);
+    hwt__array_free(set->array);
     memset(set, 0, sizeof *set);
 }

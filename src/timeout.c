@@ -322,8 +322,8 @@ bool hwt_timeout_reschedule(hwt_timeout *timeout, int64_t delay, hwt_unit unit)
         return false;
     int64_t deadline = new_deadline(timer, hwt__sat_mul(delay, unit_ns));
     int64_t seen = hwt__deadline_word(timeout);
-    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) &&
-           !hwt__deadline_claimed(seen) && deadline >= seen) {
+    while ((s & HWT_TO_LIFE) == HWT_TO_INIT && !(s & HWT_TO_BUSY) && !hwt__deadline_claimed(seen) &&
+           deadline >= seen) {
         hwt__step_reached(HWT_STEP_RESCHEDULE_COMPARED, timer);
         /* Only over the deadline compared with: else another move wrote
          * since, and ours may be earlier than that one (compare again), or
@@ -444,5 +444,5 @@ void hwt_timeouts_release(hwt_timeout **timeouts, size_t count)
         return;
     for (size_t i = 0; i < count; i++)
         hwt_timeout_release(timeouts[i]);
-    hwt__free(timeouts);
+    hwt__array_free(timeouts); /* hwt_stop's, from stopset.c */
 }
