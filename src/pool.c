@@ -279,7 +279,10 @@ static int64_t coarse_now_ns(void)
  * (1 GiB for 1 s) took 1.6x the wall time of one given new regions, since
  * freed timeouts come back scattered, in the order the worker freed them,
  * and new ones are written in address order (bench/interleave
- * schedule_warm, ten pairs: 53.6 against 34.1 ns per schedule). */
+ * schedule_warm, ten pairs: 53.6 against 34.1 ns per schedule). Handing
+ * kept regions out again in address order took the second burst's slow
+ * rounds away but not its median, and slowed churn (bench/README.md,
+ * "Keeping a burst, in address order"). */
 static size_t keep_timeouts(const struct hwt__pool *pool)
 {
     if (pool->closed)
