@@ -374,8 +374,9 @@ HWT_EXTERN void hwt_timeout_run(hwt_timeout *timeout);
 HWT_EXTERN void hwt_timeout_release(hwt_timeout *timeout);
 
 /* Releases each of timeouts[0 .. count-1], then frees the array, which
- * hwt_stop() returned. Free that array here, not with free(): a large one is
- * a mapping of its own, which goes back to the system at once. A count of 0
+ * hwt_stop() returned. Free that array here, never with free(), whatever its
+ * size: the pointer is not the start of a malloc block (a large array is a
+ * mapping of its own, which goes back to the system at once). A count of 0
  * frees the array alone, for a caller that released its timeouts one by one.
  * A NULL array does nothing (whatever the count). Any thread. */
 HWT_EXTERN void hwt_timeouts_release(hwt_timeout **timeouts, size_t count);
