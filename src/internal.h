@@ -176,6 +176,7 @@ struct hwt__worker {
     size_t awaiting_cancel;   /* let go of, cancellation not processed yet */
     size_t awaiting_moved;    /* ended while on a moved stack, or about to be (MOVED_OWED) */
     size_t deferred;          /* out of the wheel for a reschedule (HWT_W_DEFERRED) */
+    ck_stack_entry_t *busy;   /* of those, the ones reschedules were writing (defer_moved) */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
     unsigned next_stripe;     /* the stripe transfer starts with */
     bool naps;                /* precise sleeps with short CPU turns: may nap (hwt__plan_nap) */

@@ -220,16 +220,18 @@ bool hwt_timeout_cancel(hwt_timeout *timeout)
  * timeout ends by them all the same.
  *
  * Earlier, or while other calls are writing (BUSY): add one to the BUSY
- * count (and bump the generation) first, then write, then take the one
- * away - the worker never reads a deadline while the count is not zero, so
- * it cannot act on one that this call may still lose to a cancel or an
- * expiry, or that another call writing at once may still write over. The
- * last to write decides, and every call that released returns true. Then,
- * as the old slot may be later than the new deadline, the timeout goes on
- * this thread's moved stack (with a reference) for the worker to file it
- * again, once its count is back to zero: by a call whose deadline is
- * earlier than the one it read, and by any that wrote while others did
- * (what it read may be theirs, not the slot's). A cancel or a stop may win
+ * count (and bump the generation) first, then write (an exchange, which
+ * gives the deadline it replaced), then take the one away - the worker
+ * expires nothing while the count is not zero, so it cannot act on a
+ * deadline that this call may still lose to a cancel or an expiry, or that
+ * another call writing at once may still write over. The last to write
+ * decides, and every call that released returns true. Then, as the slot
+ * may be later than the new deadline (the old one's, or one the worker
+ * filed it by meanwhile), the timeout goes on this thread's moved stack
+ * (with a reference) for the worker to file it again, once its count is
+ * back to zero: by a call whose deadline is earlier than the one it
+ * replaced, and by any that wrote while others did (what it replaced may
+ * be theirs, not the slot's). A cancel or a stop may win
  * while the count is not zero: the call then returns false (what it wrote
  * is never read: the timeout will not run). */
 
@@ -240,9 +242,14 @@ static int64_t new_deadline(hwt_timer *timer, int64_t delay_ns)
     return deadline < now ? now : deadline;
 }
 
-static void store_deadline(hwt_timeout *t, int64_t deadline)
+/* Writes `deadline` and returns the one it replaced (claim bit cleared).
+ * One exchange, not a read then a store: a move later's CAS (which counts
+ * in no BUSY) landing between the two would be overwritten unseen, and the
+ * worker may have filed the timeout by that later deadline meanwhile - we
+ * would compare with the older one, find ours later, and not tell it. */
+static int64_t exchange_deadline(hwt_timeout *t, int64_t deadline)
 {
-    __atomic_store_n(&t->node.deadline, deadline, __ATOMIC_RELAXED);
+    return __atomic_exchange_n(&t->node.deadline, deadline, __ATOMIC_RELAXED) & INT64_MAX;
 }
 
 /* Writes `deadline` if the timeout's is still *expected; else false, with
@@ -284,8 +291,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
      * than anything `before` says, so we tell as for an earlier one. */
     bool others = (s & HWT_TO_BUSY) != 0;
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMING, timer);
-    int64_t before = hwt__deadline_of(t);
-    store_deadline(t, deadline);
+    int64_t before = exchange_deadline(t, deadline);
     hwt__step_reached(HWT_STEP_RESCHEDULE_CLAIMED, timer);
     uint32_t cur = mine;
     for (;;) { /* release */

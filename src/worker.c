@@ -157,13 +157,19 @@ static size_t process_cancels(hwt_timer *timer)
 /* ---------------------------------------------------------- reschedules */
 
 /* Takes a timeout out of the wheel's way while reschedules write it (BUSY:
- * its deadline is being written): it waits on the worker's moved stack, with
- * a reference, and is filed again at the next pass. Unless it is on a moved
- * stack already, or about to be (MOVED: the reschedule that set it pushes
- * next), whose entry will do the same: the final drain waits for that entry
- * (worker.deferred). MOVED is set only while the timeout is pending: a cancel
- * that won since the caller saw BUSY has pushed the timeout's one stack link
- * on its cancel stack, so it is let go as any cancelled timeout. */
+ * its deadline is being written): it waits on the worker's own list
+ * (worker.busy), with a reference, and is filed again at a later pass.
+ * Unless it is on a moved stack already, or about to be (MOVED: the
+ * reschedule that set it pushes next), whose entry will do the same: the
+ * final drain waits for that entry (worker.deferred). MOVED is set only
+ * while the timeout is pending: a cancel that won since the caller saw BUSY
+ * has pushed the timeout's one stack link on its cancel stack, so it is let
+ * go as any cancelled timeout. Not on a moved stack: an entry there keeps
+ * the worker from sleeping, and a reschedule preempted (or stopped in a
+ * debugger) in its write would have the worker pass and defer it again at
+ * full speed for as long; the reschedule tells us only if it moves the
+ * timeout earlier, so the worker looks again by the end of each tick
+ * (hwt__plan_busy_check). */
 static void defer_moved(hwt_timer *timer, hwt_timeout *t)
 {
     hwt__step_reached(HWT_STEP_WORKER_DEFERS, timer);
@@ -181,7 +187,8 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
     if (s & HWT_TO_MOVED)
         return;
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
-    hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
+    t->stack_link.next = timer->worker.busy;
+    timer->worker.busy = &t->stack_link;
 }
 
 /* Files again, by its deadline as it is now, each timeout that a reschedule
@@ -193,49 +200,59 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
  * transfer has moved them. */
 static void take_for_stop(void *ctx, hwt_timeout *t);
 
+/* One entry of a moved stack or of worker.busy, with its reference. */
+static void file_moved(hwt_timer *timer, hwt_timeout *t, bool stopping)
+{
+    uint32_t s = atomic_fetch_and(&t->state, ~(uint32_t)HWT_TO_MOVED);
+    bool deferred = (t->wflags & HWT_W_DEFERRED) != 0;
+    if ((s & HWT_TO_LIFE) == HWT_TO_INIT) {
+        if (!(s & HWT_TO_TRANSFERRED)) {
+            /* Queued, or taken and not moved yet: the bounds the queues
+             * were planned by may be later (see last_before_queued). */
+            int64_t d = hwt__deadline_of(t);
+            if (d < timer->worker.moved_queued_min)
+                timer->worker.moved_queued_min = d;
+        } else if (stopping) {
+            if (deferred) {
+                set_deferred(timer, t, false);
+                take_for_stop(timer, t);
+            }
+        } else if (s & HWT_TO_BUSY) {
+            defer_moved(timer, t); /* its own reference */
+        } else {
+            if (hwt__timeout_in_wheel(t))
+                hwt__wheel_unlink(&timer->worker.wheel, &t->node);
+            set_deferred(timer, t, false);
+            hwt__wheel_place(&timer->worker.wheel, &t->node);
+        }
+    } else if (t->wflags & HWT_W_MOVED_OWED) {
+        /* Run, or the stop has it: only the reference. */
+        t->wflags &= ~(uint8_t)HWT_W_MOVED_OWED;
+        timer->worker.awaiting_moved--;
+    } else if ((s & HWT_TO_LIFE) == HWT_TO_CANCELLED && !(t->wflags & HWT_W_CANCEL_DONE)) {
+        cancel_noticed(timer, t); /* its canceller saw MOVED and left it to us */
+    }
+    hwt__timeout_unref(t);
+}
+
 static void process_moved(hwt_timer *timer, bool stopping)
 {
+    /* Those deferred at earlier passes first: deferred again, they go on
+     * a new list. */
+    ck_stack_entry_t *e = timer->worker.busy;
+    timer->worker.busy = NULL;
+    for (ck_stack_entry_t *next; e != NULL; e = next) {
+        next = e->next;
+        file_moved(timer, hwt__timeout_of_stack(e), stopping);
+    }
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         ck_stack_t *moved = &timer->stripes[i].moved;
         if (hwt__stack_is_empty(moved))
             continue;
-        ck_stack_entry_t *e = hwt__stack_reverse(hwt__stack_take_all_upmc(moved));
-        while (e != NULL) {
-            ck_stack_entry_t *next = e->next;
-            hwt_timeout *t = hwt__timeout_of_stack(e);
-            uint32_t s = atomic_fetch_and(&t->state, ~(uint32_t)HWT_TO_MOVED);
-            bool deferred = (t->wflags & HWT_W_DEFERRED) != 0;
-            if ((s & HWT_TO_LIFE) == HWT_TO_INIT) {
-                if (!(s & HWT_TO_TRANSFERRED)) {
-                    /* Queued, or taken and not moved yet: the bounds the
-                     * queues were planned by may be later (see
-                     * last_before_queued). */
-                    int64_t d = hwt__deadline_of(t);
-                    if (d < timer->worker.moved_queued_min)
-                        timer->worker.moved_queued_min = d;
-                } else if (stopping) {
-                    if (deferred) {
-                        set_deferred(timer, t, false);
-                        take_for_stop(timer, t);
-                    }
-                } else if (s & HWT_TO_BUSY) {
-                    defer_moved(timer, t); /* its own reference */
-                } else {
-                    if (hwt__timeout_in_wheel(t))
-                        hwt__wheel_unlink(&timer->worker.wheel, &t->node);
-                    set_deferred(timer, t, false);
-                    hwt__wheel_place(&timer->worker.wheel, &t->node);
-                }
-            } else if (t->wflags & HWT_W_MOVED_OWED) {
-                /* Run, or the stop has it: only the reference. */
-                t->wflags &= ~(uint8_t)HWT_W_MOVED_OWED;
-                timer->worker.awaiting_moved--;
-            } else if ((s & HWT_TO_LIFE) == HWT_TO_CANCELLED &&
-                       !(t->wflags & HWT_W_CANCEL_DONE)) {
-                cancel_noticed(timer, t); /* its canceller saw MOVED and left it to us */
-            }
-            hwt__timeout_unref(t);
-            e = next;
+        e = hwt__stack_reverse(hwt__stack_take_all_upmc(moved));
+        for (ck_stack_entry_t *next; e != NULL; e = next) {
+            next = e->next;
+            file_moved(timer, hwt__timeout_of_stack(e), stopping);
         }
     }
 }
@@ -699,6 +716,12 @@ static void run_loop(hwt_timer *timer)
              * go back once the depot is quiet, not at the next burst. */
             if (trim_at < until)
                 until = trim_at;
+            if (timer->worker.busy != NULL) {
+                int64_t check =
+                    hwt__sat_add(timer->start_ns, hwt__plan_busy_check(&policy, seen.now));
+                if (check < until)
+                    until = check;
+            }
             if (hwt__sleep(timer->sleep_mode, &timer->wake_seq, key, until))
                 bump(&timer->wakeups, 1);
         } else {

@@ -334,6 +334,21 @@ static inline bool hwt__plan_may_sleep(const struct hwt__policy *p,
     return r->earliest_queued >= plan->move_now_before && r->queued < (int64_t)p->backlog_kick;
 }
 
+/* While timeouts wait out of the wheel for reschedules still writing them
+ * (worker.busy): when to look at them again, sleeping as planned otherwise.
+ * Such a reschedule wakes us only if it moves its timeout earlier; moved
+ * later, the timeout is due no sooner than the tick it falls in, so the end
+ * of this tick is soon enough. At least HWT_NAP_MAX_NS from now, so that a
+ * fine tick does not make the worker spin while a reschedule is preempted
+ * in its write: those few instructions are all it waits for, but a
+ * preempted thread, or one stopped in a debugger, may take long. */
+static inline int64_t hwt__plan_busy_check(const struct hwt__policy *p, int64_t now)
+{
+    int64_t tick_end = hwt__sat_mul(now / p->tick_ns + 1, p->tick_ns);
+    int64_t soonest = hwt__sat_add(now, HWT_NAP_MAX_NS);
+    return tick_end > soonest ? tick_end : soonest;
+}
+
 /* When hwt__plan_may_sleep says not to sleep as planned: how long to wait
  * before the next pass anyway (see HWT_NAP_MAX_NS). Returns the time (ns
  * since the start) to wake at, or -1 to pass again at once: for a

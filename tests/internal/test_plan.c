@@ -461,6 +461,24 @@ static void test_a_huge_tick_plans_no_overflow(void **state)
     assert_int_equal(hwt__plan_cancels_wait(&p, INT64_MAX - 10, false, -1, true), 0);
 }
 
+/* A timeout out of the wheel while a reschedule writes it: looked at again
+ * at the end of this tick, and never sooner than 250 us from now (a fine
+ * tick would have the worker spin while the reschedule is preempted). */
+static void test_a_timeout_being_rescheduled_is_looked_at_once_a_tick(void **state)
+{
+    (void)state;
+    struct hwt__policy p = policy(1 * MS, 100000);
+    assert_true(hwt__plan_busy_check(&p, 10 * MS + 100 * US) == 11 * MS);
+    assert_true(hwt__plan_busy_check(&p, 10 * MS) == 11 * MS);
+    assert_true(hwt__plan_busy_check(&p, 11 * MS - 100 * US) == 11 * MS + 150 * US);
+    struct hwt__policy fine = policy(10 * US, 100000);
+    assert_true(hwt__plan_busy_check(&fine, 5 * MS) == 5 * MS + 250 * US);
+    struct hwt__policy huge = policy(INT64_MAX / 512, 100000);
+    assert_true(hwt__plan_busy_check(&huge, INT64_MAX / 512 - 1) == INT64_MAX / 512 - 1 + 250 * US);
+    assert_true(hwt__plan_busy_check(&huge, 5 * MS) == INT64_MAX / 512);
+    assert_true(hwt__plan_busy_check(&huge, INT64_MAX - 1) == INT64_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -477,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_what_keeps_the_worker_awake),
         cmocka_unit_test(test_a_burst_naps_within_the_tick),
         cmocka_unit_test(test_a_huge_tick_plans_no_overflow),
+        cmocka_unit_test(test_a_timeout_being_rescheduled_is_looked_at_once_a_tick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

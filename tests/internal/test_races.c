@@ -928,6 +928,46 @@ static void test_a_reschedule_that_takes_over_another_has_the_timeout_filed_agai
     hwtt_destroy(timer);
 }
 
+/* A reschedule held in its write (BUSY, as if preempted there) while its
+ * timeout falls due: the worker deferred the timeout onto its own moved
+ * stack, so found that stack not empty, passed again at once, deferred it
+ * again, and so on at full speed for as long as the reschedule was held -
+ * a CPU, and with a real-time worker on the rescheduler's CPU, the
+ * rescheduler never got it back. It looks at the timeout once a tick now,
+ * and sleeps in between. */
+static void test_a_reschedule_held_in_its_write_leaves_the_worker_asleep(void **state)
+{
+    (void)state;
+    hwt_timer *timer = new_timer(); /* 1 ms tick */
+    atomic_int ran = 0;
+    hwt_timeout *t;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, &t), 0);
+    expect_in_wheel(t);
+    watch(HWT_STEP_WORKER_DEFERS, timer);
+    arm(HWT_STEP_RESCHEDULE_CLAIMED, timer);
+    struct call c;
+    begin_reschedule(&c, t, 20); /* earlier: the BUSY way */
+    expect_reached(HWT_STEP_RESCHEDULE_CLAIMED);
+    /* At its slot, the worker finds it BUSY. */
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_WORKER_DEFERS].arrivals) > 0,
+                                hwtt_slack_ms(5000)));
+    watch(HWT_STEP_WORKER_PLANNED, timer);
+    int64_t t0 = hwtt_now_ns();
+    hwtt_sleep_ms(200); /* the window the passes are counted over */
+    unsigned passes = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
+    int64_t window_ms = (hwtt_now_ns() - t0) / 1000000;
+    print_message("  %u passes in %lld ms with the reschedule held\n", passes,
+                  (long long)window_ms);
+    /* At most one every HWT_NAP_MAX_NS (a pass a tick here), and a few. */
+    assert_true(passes <= (unsigned)(window_ms * 4 + 20));
+    assert_int_equal(atomic_load(&ran), 0);
+    open_gate(HWT_STEP_RESCHEDULE_CLAIMED);
+    assert_true(finish_reschedule(&c));
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(5000)));
+    hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
 /* SPEC: hwt_timeout_reschedule is lock-free. Seven calls moving one timeout
  * earlier, each held between its claim and its write (as if preempted
  * there): an eighth waited (yielding) for one of them, as the count of
@@ -1554,14 +1594,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_between_latch_and_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_stops_during_a_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_while_a_start_waits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ticks_never_go_back_when_a_read_meets_the_stop,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_destroy_during_the_first_schedule_frees_nothing_under_it,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ticks_never_go_back_when_a_read_meets_the_stop, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_destroy_during_the_first_schedule_frees_nothing_under_it, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_destroy_during_a_threads_first_schedule_frees_nothing_under_it, setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            test_a_child_forked_during_a_start_counts_the_workers_ticks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_child_forked_during_a_start_counts_the_workers_ticks,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_an_announced_schedule, setup, teardown),
@@ -1579,6 +1619,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_reschedule_held_in_its_write_leaves_the_worker_asleep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_worker_waits_for_every_call_writing_at_once, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(
@@ -1591,8 +1633,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_later_move_that_loses_to_expiry_changes_nothing,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_losing_later_move_leaves_the_winners_deadline,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_losing_later_move_leaves_the_winners_deadline, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_later_move_before_the_worker_claims_wins, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_later_move_after_the_worker_claimed_wins, setup,
@@ -1601,8 +1643,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            test_a_stop_waits_for_a_deferred_timeout_still_being_pushed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_stop_waits_for_a_deferred_timeout_still_being_pushed,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_kick_before_the_worker_sleeps_is_not_lost, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_backlog_kick_before_the_worker_sleeps_is_not_lost,
