@@ -262,10 +262,25 @@ static bool replace_deadline(hwt_timeout *t, int64_t *expected, int64_t deadline
 
 /* Wakes the worker if it plans to sleep past `deadline`, with the
  * timeout's entry on a moved stack (ours, or one an earlier move left). The
- * push before the read of its plan (see the worker's moved_waiting). */
-static void wake_for_moved(hwt_timer *timer, int64_t deadline)
+ * push before the read of its plan (see the worker's moved_waiting).
+ * A call that pushed (`released`: the state its release wrote, MOVED set)
+ * wakes it in any case if, between that release and the push, another call
+ * moved the timeout earlier (a later generation) or a cancel won: seeing
+ * MOVED, each left the entry to ours and woke the worker, which may have
+ * found no entry yet and planned its sleep without it - past the other
+ * call's deadline, or the cancel's latency. */
+static void wake_for_moved(hwt_timer *timer, hwt_timeout *t, int64_t deadline, bool pushed,
+                           uint32_t released)
 {
     atomic_thread_fence(memory_order_seq_cst);
+    if (pushed) {
+        uint32_t s = atomic_load(&t->state); /* ours: the caller holds a handle */
+        if ((s & HWT_TO_GEN_MASK) != (released & HWT_TO_GEN_MASK) ||
+            (s & HWT_TO_LIFE) == HWT_TO_CANCELLED) {
+            hwt__kick_worker(timer);
+            return;
+        }
+    }
     maybe_wake_for(timer, deadline, 0);
 }
 
@@ -309,7 +324,7 @@ static bool reschedule_claimed(hwt_timer *timer, hwt_timeout *t, int64_t deadlin
                 hwt__stack_push_upmc(&hwt__my_stripe(timer)->moved, &t->stack_link);
             }
             if (tell)
-                wake_for_moved(timer, deadline);
+                wake_for_moved(timer, t, deadline, push, next);
             return true;
         }
     }

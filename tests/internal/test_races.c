@@ -968,6 +968,81 @@ static void test_a_reschedule_held_in_its_write_leaves_the_worker_asleep(void **
     hwtt_destroy(timer);
 }
 
+/* A reschedule earlier that has set MOVED and not pushed its entry yet (as
+ * if preempted there), on a timer whose worker sleeps far (the next timeout
+ * 20 s on): `meanwhile` then cancels the timeout, or moves it earlier
+ * again. Seeing MOVED, neither pushes an entry of its own: each wakes the
+ * worker, which found no entry and slept as planned; the held call then
+ * pushed and woke it only for its own, later deadline. The cancelled
+ * callback waited for the far wake-up (SPEC: within max(tick, 100 ms)),
+ * and so did the timeout moved to 100 ms. */
+static hwt_timer *far_sleeping_timer(uint32_t max_transfers);
+
+static void hold_a_reschedule_before_its_push(hwt_timer *timer, hwt_timeout *t, struct call *c)
+{
+    arm(HWT_STEP_RESCHEDULE_TOLD, timer);
+    begin_reschedule(c, t, 40000); /* from 60 s: earlier, so it pushes */
+    expect_reached(HWT_STEP_RESCHEDULE_TOLD);
+}
+
+/* Lets the held call push once the worker has planned again after the
+ * other call's wake-up. */
+static void push_after_the_workers_plan(struct call *c, unsigned plans)
+{
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals) > plans,
+                                hwtt_slack_ms(5000)));
+    open_gate(HWT_STEP_RESCHEDULE_TOLD);
+    assert_true(finish_reschedule(c));
+}
+
+static void test_a_cancel_while_a_reschedule_pushes_is_heard_in_time(void **state)
+{
+    (void)state;
+    hwt_timer *timer = far_sleeping_timer(100000);
+    hwtt_rec rec = {0};
+    hwt_timeout *t, *far;
+    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 60, HWT_SECONDS, &t), 0);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 20, HWT_SECONDS, &far), 0);
+    expect_in_wheel(t);
+    expect_in_wheel(far);
+    struct call c;
+    hold_a_reschedule_before_its_push(timer, t, &c);
+    watch(HWT_STEP_WORKER_PLANNED, timer);
+    unsigned plans = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
+    assert_true(hwt_timeout_cancel(t));
+    push_after_the_workers_plan(&c, plans);
+    assert_true(hwtt_wait_until(atomic_load(&rec.cb) == 1, hwtt_slack_ms(1000)));
+    assert_int_equal(atomic_load(&rec.ran), 0);
+    hwt_timeout_release(t);
+    hwt_timeout_release(far);
+    hwtt_destroy(timer);
+}
+
+static void test_a_move_earlier_while_another_pushes_runs_in_time(void **state)
+{
+    (void)state;
+    hwt_timer *timer = far_sleeping_timer(100000);
+    atomic_int ran = 0;
+    hwt_timeout *t, *far;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 60, HWT_SECONDS, &t), 0);
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 20, HWT_SECONDS, &far), 0);
+    expect_in_wheel(t);
+    expect_in_wheel(far);
+    struct call c;
+    hold_a_reschedule_before_its_push(timer, t, &c);
+    watch(HWT_STEP_WORKER_PLANNED, timer);
+    unsigned plans = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
+    int64_t moved_at = hwtt_now_ns();
+    assert_true(hwt_timeout_reschedule(t, 100, HWT_MILLISECONDS));
+    push_after_the_workers_plan(&c, plans);
+    assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(1000)));
+    /* Not early: the 100 ms, not the held call's 40 s, were the last word. */
+    assert_true(hwtt_now_ns() - moved_at >= 100 * 1000000);
+    hwt_timeout_release(t);
+    hwt_timeout_release(far);
+    hwtt_destroy(timer);
+}
+
 /* SPEC: hwt_timeout_reschedule is lock-free. Seven calls moving one timeout
  * earlier, each held between its claim and its write (as if preempted
  * there): an eighth waited (yielding) for one of them, as the count of
@@ -1621,6 +1696,10 @@ int main(void)
             test_a_reschedule_that_takes_over_another_has_the_timeout_filed_again, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_reschedule_held_in_its_write_leaves_the_worker_asleep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_cancel_while_a_reschedule_pushes_is_heard_in_time,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_move_earlier_while_another_pushes_runs_in_time,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_worker_waits_for_every_call_writing_at_once, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(
