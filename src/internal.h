@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "hwtimer.h"
 #include "stacks.h"
+#include "steps.h"
 #include "pool.h"
 #include "wheel.h"
 #include "worker_policy.h"
@@ -220,7 +221,7 @@ struct hwt_timer {
     void (*free_memory)(hwt_timer *timer);
     _Alignas(64) _Atomic int64_t wake_before; /* producers wake the worker for earlier deadlines */
     _Atomic int cancel_watch;                 /* 1: the worker will wake soon enough for cancels */
-    _Atomic int kicked;                       /* someone already woke the worker since it planned */
+    _Atomic uint32_t kicked; /* wake_seq as a kick left it, once its wake-up call returned */
     _Atomic uint32_t wake_seq;                /* the futex word the worker sleeps on */
     _Atomic uint64_t transferred;             /* timeouts the worker took from the queues */
 
@@ -379,17 +380,23 @@ static inline uint64_t hwt__ticks_at(const hwt_timer *timer, int64_t at)
 }
 
 /* Wakes the worker (or has its next sleep return at once) so that it looks
- * at the queues and the pool again and plans anew; once per plan: the first
- * waker since it planned makes the system call, the others see `kicked`. */
+ * at the queues and the pool again and plans anew; about once per plan. The
+ * worker bumps wake_seq as it plans, so a kick finding `kicked` equal to
+ * wake_seq was made for this plan, and its wake-up call has returned: the
+ * worker is awake, or its sleep returns at once (the word is not the one it
+ * read). Noted only once the call returned: a waker preempted (or stopped)
+ * between its bump and its call must not silence the others, as a flag set
+ * before the bump did - every later kick made no call, and the worker slept
+ * on for as long as that waker did. Only loads while the worker is already
+ * woken: threads kicking at once (cancellers, say) then share the lines. */
 static inline void hwt__kick_worker(hwt_timer *timer)
 {
-    /* Read before the exchange: while the worker is already woken, threads
-     * kicking at once (cancellers, say) then share the line instead of
-     * taking it from each other. */
-    if (atomic_load(&timer->kicked) || atomic_exchange(&timer->kicked, 1))
+    if (atomic_load(&timer->kicked) == atomic_load(&timer->wake_seq))
         return;
-    atomic_fetch_add(&timer->wake_seq, 1);
+    uint32_t seq = atomic_fetch_add(&timer->wake_seq, 1) + 1;
+    hwt__step_reached(HWT_STEP_KICKING, timer);
     hwt__wake(&timer->wake_seq);
+    atomic_store(&timer->kicked, seq);
 }
 
 /* Takes n references to the timer's memory. Any thread. */

@@ -35,8 +35,8 @@ typedef enum {
                                      to come (each time round) */
     HWT_STEP_RESCHEDULE_COMPARED, /* a later move compared its deadline with the one it read,
                                      before it writes its own */
-    HWT_STEP_WORKER_PLANNED,      /* the worker published its plan, read the futex word and
-                                     cleared kicked, before it looks at the queues again */
+    HWT_STEP_WORKER_PLANNED,      /* the worker published its plan and bumped the futex word
+                                     (its key), before it looks at the queues again */
     HWT_STEP_TRANSFER_SLICED,     /* the worker moved a slice of a long transfer (and ran the
                                      ticks that ended), before the next slice */
     HWT_STEP_RESCHEDULE_CLAIMING, /* a reschedule counts in BUSY, before it writes its deadline */
@@ -49,6 +49,7 @@ typedef enum {
     /* A thread has the turn to map and populate memory, before it maps
      * (arena.c; no timer: NULL). */
     HWT_STEP_POPULATE_TURN,
+    HWT_STEP_KICKING, /* a waker bumped the futex word, before its wake-up call */
     HWT_STEP_COUNT
 } hwt__step;
 

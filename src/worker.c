@@ -17,12 +17,15 @@
  *   cancel_watch  1 if the worker will wake within max(tick, 100 ms) anyway;
  *                 otherwise the first canceller wakes it, and so does a
  *                 producer that finds a budget of new timeouts queued.
- *   kicked        the first waker since the worker planned its sleep sets it,
- *                 so later ones need no system call.
- *   wake_seq      the futex word: a waker increments it, then wakes.
+ *   kicked        wake_seq as the last kick left it, once its wake-up call
+ *                 returned: a waker that finds it equal to wake_seq needs
+ *                 no system call (hwt__kick_worker).
+ *   wake_seq      the futex word: a waker increments it, then wakes; the
+ *                 worker increments it as it plans, which makes every kick
+ *                 noted before stale.
  *
- * No lost wake-up: the worker publishes wake_before/cancel_watch, reads
- * wake_seq, clears kicked, and only then checks the queues (queued_min, the
+ * No lost wake-up: the worker publishes wake_before/cancel_watch, bumps
+ * wake_seq (its key), and only then checks the queues (queued_min, the
  * cancel stacks) and the state; a waker makes its change visible (enqueue and
  * queued_min, push, SHUTDOWN) before it reads wake_before/cancel_watch and
  * bumps wake_seq. Either the worker sees the change, or the waker sees the
@@ -688,12 +691,15 @@ static void run_loop(hwt_timer *timer)
 
         atomic_store(&timer->wake_before, plan.wake_before);
         atomic_store(&timer->cancel_watch, plan.cancel_watch);
-        /* The key before kicked is cleared: a waker that then finds kicked
-         * clear bumps wake_seq after this read, and the futex wait returns
-         * at once. Read after, a kick between the two was absorbed: kicked
-         * stayed set, and every later waker made no call. */
-        uint32_t key = atomic_load(&timer->wake_seq);
-        atomic_store(&timer->kicked, 0);
+        /* A new key: `kicked` (a kick's value of wake_seq) now differs from
+         * it, so the next waker calls; a waker that bumps after this, the
+         * futex wait returns at once. */
+        uint32_t key = atomic_fetch_add(&timer->wake_seq, 1) + 1;
+        /* Equal to the key, `kicked` is a kick's from 2^32 plans ago (or the
+         * start's 0): not one for this plan. */
+        uint32_t stale = key;
+        if (atomic_load(&timer->kicked) == key)
+            atomic_compare_exchange_strong(&timer->kicked, &stale, key - 1);
         hwt__step_reached(HWT_STEP_WORKER_PLANNED, timer);
         if (atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
             break;

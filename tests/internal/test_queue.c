@@ -52,8 +52,8 @@ static hwt_timer *sleeping_timer(void)
     return timer;
 }
 
-/* The kicks the worker got: each thread that wakes it bumps wake_seq once
- * (hwt__kick_worker). */
+/* The kicks the worker got, and its plans: each thread that wakes it bumps
+ * wake_seq once (hwt__kick_worker), and so does the worker as it plans. */
 static uint32_t kicks(hwt_timer *timer)
 {
     return atomic_load(&timer->wake_seq);

@@ -1532,8 +1532,8 @@ static hwt_timer *far_sleeping_timer(uint32_t max_transfers)
     return hwtt_track(hwtt_timer_opts(&o));
 }
 
-/* Pauses the worker, at the step after it read the futex word and cleared
- * kicked, in the first pass that plans to sleep past the cancel latency
+/* Pauses the worker, at the step after it bumped the futex word (its key),
+ * in the first pass that plans to sleep past the cancel latency
  * (cancel_watch 0) until a deadline 10 s on or later: it schedules a
  * timeout 20 s on. Other passes go on: the first, which may come before
  * that timeout is queued and plan to sleep until woken, and any that moves
@@ -1569,17 +1569,17 @@ static void expect_a_near_timeout_in_time(hwt_timer *timer)
     assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, NULL), 0);
     if (!hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(2000)))
         fail_msg("a timeout due in 50 ms did not run within 2 s: the worker sleeps until "
-                 "%lld ms, kicked %d",
+                 "%lld ms, kicked %u, wake_seq %u",
                  (long long)(atomic_load(&timer->wake_before) / 1000000),
-                 atomic_load(&timer->kicked));
+                 (unsigned)atomic_load(&timer->kicked), (unsigned)atomic_load(&timer->wake_seq));
 }
 
 /* A cancel of a still-queued timeout without a cancelled callback is not
  * pushed, and it kicks the worker (which plans past the latency). The kick
- * came after the worker cleared kicked and before it read the futex word:
- * the wake was absorbed, the worker's recheck saw nothing to do, and it
- * slept with kicked set, so that every later waker made no call: a timeout
- * due in 50 ms waited for the far wake-up. */
+ * came after the worker cleared kicked and before it read the futex word
+ * (as the worker then planned): the wake was absorbed, the worker's recheck
+ * saw nothing to do, and it slept with kicked set, so that every later waker
+ * made no call: a timeout due in 50 ms waited for the far wake-up. */
 static void test_a_kick_before_the_worker_sleeps_is_not_lost(void **state)
 {
     (void)state;
@@ -1589,8 +1589,46 @@ static void test_a_kick_before_the_worker_sleeps_is_not_lost(void **state)
     assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 40, HWT_SECONDS, &queued), 0);
     assert_true(hwt_timeout_cancel(queued)); /* not pushed: kicks */
     hwt_timeout_release(queued);
-    assert_int_equal(atomic_load(&timer->kicked), 1);
+    assert_int_equal(atomic_load(&timer->kicked), atomic_load(&timer->wake_seq)); /* noted */
     expect_a_near_timeout_in_time(timer);
+    hwtt_destroy(timer);
+}
+
+/* A waker preempted in its kick (as if stopped there, after its bump and
+ * before its wake-up call), the worker asleep far: every later waker saw
+ * the flag the first had set before its bump and made no call, so a
+ * timeout due in 50 ms waited for the first waker to go on. */
+static void *cancel_a_queued_timeout(void *p)
+{
+    hwt_timeout *t = p;
+    bool cancelled = hwt_timeout_cancel(t); /* not pushed: kicks */
+    hwt_timeout_release(t);
+    return cancelled ? NULL : p;
+}
+
+static void test_a_waker_held_in_its_kick_silences_no_other(void **state)
+{
+    (void)state;
+    hwt_timer *timer = far_sleeping_timer(100000);
+    pause_worker_before_a_far_sleep(timer);
+    hwt_timeout *queued;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 40, HWT_SECONDS, &queued), 0);
+    /* The worker goes to its far sleep; then the canceller kicks, held. */
+    open_gate(HWT_STEP_WORKER_PLANNED);
+    hwt__set_step_hook(step_hook);
+    hwtt_sleep_ms(50);
+    arm(HWT_STEP_KICKING, timer);
+    pthread_t canceller;
+    assert_int_equal(pthread_create(&canceller, NULL, cancel_a_queued_timeout, queued), 0);
+    expect_reached(HWT_STEP_KICKING);
+    atomic_int ran = 0;
+    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 50, HWT_MILLISECONDS, NULL), 0);
+    bool in_time = hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(2000));
+    open_gate(HWT_STEP_KICKING);
+    void *failed;
+    pthread_join(canceller, &failed);
+    assert_null(failed);
+    assert_true(in_time);
     hwtt_destroy(timer);
 }
 
@@ -1616,7 +1654,7 @@ static void test_a_backlog_kick_before_the_worker_sleeps_is_not_lost(void **stat
     void *failed;
     pthread_join(producer, &failed);
     assert_null(failed);
-    assert_int_equal(atomic_load(&timer->kicked), 1);
+    assert_int_equal(atomic_load(&timer->kicked), atomic_load(&timer->wake_seq)); /* noted */
     expect_a_near_timeout_in_time(timer);
     hwtt_destroy(timer);
 }
@@ -1724,6 +1762,8 @@ int main(void)
             test_a_cancel_before_the_worker_defers_a_timeout_loses_no_other, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_stop_waits_for_a_deferred_timeout_still_being_pushed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_waker_held_in_its_kick_silences_no_other, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_kick_before_the_worker_sleeps_is_not_lost, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_backlog_kick_before_the_worker_sleeps_is_not_lost,
