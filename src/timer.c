@@ -175,10 +175,17 @@ static void after_fork_in_parent(void)
 static void after_fork_in_child(void)
 {
     atomic_fetch_add(&hwt__fork_generation, 1);
+    /* The count of live timers is the list's: another thread of the
+     * parent's may have been between the two, in a create (counted, not
+     * listed yet: that timer is nobody's here) or a destroy (the other
+     * way round: the child may destroy it again). */
+    int live = 0;
     for (hwt_timer *t = live_list; t != NULL; t = t->live_next) {
         if (t->forked_ns == 0) /* inherited at this fork, not an earlier one */
             t->forked_ns = fork_prepared_ns;
+        live++;
     }
+    atomic_store(&live_timers, live);
     pthread_mutex_unlock(&live_lock); /* the forking thread's: it is the child's */
     atomic_store(&warned_too_many, false); /* once per process: this is a new one */
     hwt__current_worker = NULL;
@@ -308,6 +315,7 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
     }
     timer->id = atomic_fetch_add(&last_timer_id, 1) + 1;
 
+    unsigned generation = atomic_load(&hwt__fork_generation);
     if (atomic_fetch_add(&live_timers, 1) + 1 > HWT_MAX_LIVE_TIMERS &&
         !atomic_exchange(&warned_too_many, true))
         hwt__log(timer, HWT_LOG_ERROR,
@@ -315,8 +323,11 @@ int hwt_timer_create(hwt_timer **out, const hwt_options *options)
                  "a timer is a shared resource: reuse one across the application",
                  HWT_MAX_LIVE_TIMERS);
     /* After the log: a callback that forks returns, in the child, a timer
-     * of the child's, not one inherited already. */
+     * of the child's, not one inherited already. There, the count is the
+     * list's (after_fork_in_child), which this one is not on yet. */
     timer->fork_generation = atomic_load(&hwt__fork_generation);
+    if (timer->fork_generation != generation)
+        atomic_fetch_add(&live_timers, 1);
     link_live(timer);
     *out = timer;
     return 0;
