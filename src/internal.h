@@ -389,14 +389,18 @@ static inline uint64_t hwt__ticks_at(const hwt_timer *timer, int64_t at)
  * before the bump did - every later kick made no call, and the worker slept
  * on for as long as that waker did. Only loads while the worker is already
  * woken: threads kicking at once (cancellers, say) then share the lines. */
-static inline void hwt__kick_worker(hwt_timer *timer)
+static __attribute__((noinline, cold, unused)) void hwt__kick_worker_now(hwt_timer *timer)
 {
-    if (atomic_load(&timer->kicked) == atomic_load(&timer->wake_seq))
-        return;
     uint32_t seq = atomic_fetch_add(&timer->wake_seq, 1) + 1;
     hwt__step_reached(HWT_STEP_KICKING, timer);
     hwt__wake(&timer->wake_seq);
     atomic_store(&timer->kicked, seq);
+}
+
+static inline void hwt__kick_worker(hwt_timer *timer)
+{
+    if (atomic_load(&timer->kicked) != atomic_load(&timer->wake_seq))
+        hwt__kick_worker_now(timer); /* out of line: the callers' hot paths keep their registers */
 }
 
 /* Takes n references to the timer's memory. Any thread. */
