@@ -970,7 +970,7 @@ static void test_a_reschedule_held_in_its_write_leaves_the_worker_asleep(void **
 
 /* A reschedule earlier that has set MOVED and not pushed its entry yet (as
  * if preempted there), on a timer whose worker sleeps far (the next timeout
- * 20 s on): `meanwhile` then cancels the timeout, or moves it earlier
+ * 20 s on): another call then cancels the timeout, or moves it earlier
  * again. Seeing MOVED, neither pushes an entry of its own: each wakes the
  * worker, which found no entry and slept as planned; the held call then
  * pushed and woke it only for its own, later deadline. The cancelled
@@ -978,69 +978,73 @@ static void test_a_reschedule_held_in_its_write_leaves_the_worker_asleep(void **
  * and so did the timeout moved to 100 ms. */
 static hwt_timer *far_sleeping_timer(uint32_t max_transfers);
 
-static void hold_a_reschedule_before_its_push(hwt_timer *timer, hwt_timeout *t, struct call *c)
+struct held_push {
+    hwt_timer *timer;
+    hwt_timeout *t, *far;
+    struct call call; /* the held reschedule */
+    unsigned plans;   /* the worker's, when it was held */
+};
+
+/* T (60 s on, `task`) and a timeout 20 s on, on a worker that sleeps until
+ * then; a reschedule of T to 40 s held after its release, before its push. */
+static void hold_a_push(struct held_push *h, const hwt_task *task, void *arg)
 {
-    arm(HWT_STEP_RESCHEDULE_TOLD, timer);
-    begin_reschedule(c, t, 40000); /* from 60 s: earlier, so it pushes */
+    h->timer = far_sleeping_timer(100000);
+    assert_int_equal(hwt_new_timeout_task(h->timer, task, arg, 60, HWT_SECONDS, &h->t), 0);
+    assert_int_equal(hwt_new_timeout(h->timer, hwtt_count_task, NULL, 20, HWT_SECONDS, &h->far), 0);
+    expect_in_wheel(h->t);
+    expect_in_wheel(h->far);
+    arm(HWT_STEP_RESCHEDULE_TOLD, h->timer);
+    begin_reschedule(&h->call, h->t, 40000); /* from 60 s: earlier, so it pushes */
     expect_reached(HWT_STEP_RESCHEDULE_TOLD);
+    watch(HWT_STEP_WORKER_PLANNED, h->timer);
+    h->plans = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
 }
 
 /* Lets the held call push once the worker has planned again after the
  * other call's wake-up. */
-static void push_after_the_workers_plan(struct call *c, unsigned plans)
+static void push_after_the_workers_plan(struct held_push *h)
 {
-    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals) > plans,
+    assert_true(hwtt_wait_until(atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals) > h->plans,
                                 hwtt_slack_ms(5000)));
     open_gate(HWT_STEP_RESCHEDULE_TOLD);
-    assert_true(finish_reschedule(c));
+    assert_true(finish_reschedule(&h->call));
+}
+
+static void end_held_push(struct held_push *h)
+{
+    hwt_timeout_release(h->t);
+    hwt_timeout_release(h->far);
+    hwtt_destroy(h->timer);
 }
 
 static void test_a_cancel_while_a_reschedule_pushes_is_heard_in_time(void **state)
 {
     (void)state;
-    hwt_timer *timer = far_sleeping_timer(100000);
     hwtt_rec rec = {0};
-    hwt_timeout *t, *far;
-    assert_int_equal(hwt_new_timeout_task(timer, &hwtt_rec_task, &rec, 60, HWT_SECONDS, &t), 0);
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 20, HWT_SECONDS, &far), 0);
-    expect_in_wheel(t);
-    expect_in_wheel(far);
-    struct call c;
-    hold_a_reschedule_before_its_push(timer, t, &c);
-    watch(HWT_STEP_WORKER_PLANNED, timer);
-    unsigned plans = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
-    assert_true(hwt_timeout_cancel(t));
-    push_after_the_workers_plan(&c, plans);
+    struct held_push h;
+    hold_a_push(&h, &hwtt_rec_task, &rec);
+    assert_true(hwt_timeout_cancel(h.t));
+    push_after_the_workers_plan(&h);
     assert_true(hwtt_wait_until(atomic_load(&rec.cb) == 1, hwtt_slack_ms(1000)));
     assert_int_equal(atomic_load(&rec.ran), 0);
-    hwt_timeout_release(t);
-    hwt_timeout_release(far);
-    hwtt_destroy(timer);
+    end_held_push(&h);
 }
 
 static void test_a_move_earlier_while_another_pushes_runs_in_time(void **state)
 {
     (void)state;
-    hwt_timer *timer = far_sleeping_timer(100000);
     atomic_int ran = 0;
-    hwt_timeout *t, *far;
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, &ran, 60, HWT_SECONDS, &t), 0);
-    assert_int_equal(hwt_new_timeout(timer, hwtt_count_task, NULL, 20, HWT_SECONDS, &far), 0);
-    expect_in_wheel(t);
-    expect_in_wheel(far);
-    struct call c;
-    hold_a_reschedule_before_its_push(timer, t, &c);
-    watch(HWT_STEP_WORKER_PLANNED, timer);
-    unsigned plans = atomic_load(&gates[HWT_STEP_WORKER_PLANNED].arrivals);
+    static const hwt_task counting = {.run = hwtt_count_task};
+    struct held_push h;
+    hold_a_push(&h, &counting, &ran);
     int64_t moved_at = hwtt_now_ns();
-    assert_true(hwt_timeout_reschedule(t, 100, HWT_MILLISECONDS));
-    push_after_the_workers_plan(&c, plans);
+    assert_true(hwt_timeout_reschedule(h.t, 100, HWT_MILLISECONDS));
+    push_after_the_workers_plan(&h);
     assert_true(hwtt_wait_until(atomic_load(&ran) == 1, hwtt_slack_ms(1000)));
     /* Not early: the 100 ms, not the held call's 40 s, were the last word. */
     assert_true(hwtt_now_ns() - moved_at >= 100 * 1000000);
-    hwt_timeout_release(t);
-    hwt_timeout_release(far);
-    hwtt_destroy(timer);
+    end_held_push(&h);
 }
 
 /* SPEC: hwt_timeout_reschedule is lock-free. Seven calls moving one timeout
