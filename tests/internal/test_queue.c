@@ -52,11 +52,12 @@ static hwt_timer *sleeping_timer(void)
     return timer;
 }
 
-/* The kicks the worker got, and its plans: each thread that wakes it bumps
- * wake_seq once (hwt__kick_worker), and so does the worker as it plans. */
+/* The last kick the worker got: a thread that wakes it notes the value it
+ * bumped wake_seq to in `kicked`, a new one each time (hwt__kick_worker).
+ * Not wake_seq itself: the worker bumps it too, as it plans. */
 static uint32_t kicks(hwt_timer *timer)
 {
-    return atomic_load(&timer->wake_seq);
+    return atomic_load(&timer->kicked);
 }
 
 /* Up to ATTEMPTS fresh timers: a worker seen planning the hour may not be
