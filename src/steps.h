@@ -49,7 +49,9 @@ typedef enum {
     /* A thread has the turn to map and populate memory, before it maps
      * (arena.c; no timer: NULL). */
     HWT_STEP_POPULATE_TURN,
-    HWT_STEP_KICKING, /* a waker bumped the futex word, before its wake-up call */
+    HWT_STEP_KICKING,           /* a waker bumped the futex word, before its wake-up call */
+    HWT_STEP_DESTROY_UNLINKING, /* a destroy counted its timer out of the live ones, before it
+                                   unlinks it from their list */
     HWT_STEP_COUNT
 } hwt__step;
 

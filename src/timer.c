@@ -620,6 +620,7 @@ void hwt_timer_destroy(hwt_timer *timer)
         return;
     }
     atomic_fetch_sub(&live_timers, 1);
+    hwt__step_reached(HWT_STEP_DESTROY_UNLINKING, timer);
     unlink_live(timer);
     hwt__pool_forget_thread(timer);
     hwt__timer_unref_n(timer, 1);

@@ -420,80 +420,10 @@ static void test_a_child_does_not_count_the_inherited_timers_it_destroyed(void *
         hwt_timer_destroy(timers[i]);
 }
 
-/* Another thread creating the 65th timer at the fork: counted live, not
- * yet listed (its creator was in the log callback of the warning). The
- * child's count kept it, though the timer is nobody's there: with the 64
- * inherited ones destroyed, its 64th timer of its own warned. It now
- * counts its list. (First in main: the parent must not have warned yet.) */
-struct creating {
-    hwt_timer *timer;
-    atomic_bool in_log, forked;
-};
-
-static void wait_in_the_warning(void *ctx, hwt_log_level level, const char *message)
-{
-    struct creating *c = ctx;
-    (void)message;
-    if (level != HWT_LOG_ERROR)
-        return;
-    atomic_store(&c->in_log, true);
-    hwtt_wait_until(atomic_load(&c->forked), hwtt_slack_ms(20000));
-}
-
-static void *create_one_more(void *p)
-{
-    struct creating *c = p;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.log = wait_in_the_warning;
-    o.log_ctx = c;
-    return hwt_timer_create(&c->timer, &o) == 0 ? NULL : p;
-}
-
-static int child_replaces_the_inherited(void *arg)
-{
-    hwt_timer **inherited = arg;
-    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
-        hwt_timer_destroy(inherited[i]);
-    static hwtt_log log;
-    hwt_options o = logging_to(&log);
-    static hwt_timer *mine[LIVE_TIMERS_WARNED_PAST];
-    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
-        CHECK(1, hwt_timer_create(&mine[i], &o) == 0);
-    CHECK(2, atomic_load(&log.count[HWT_LOG_ERROR]) == 0); /* 64 live: no warning */
-    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
-        hwt_timer_destroy(mine[i]);
-    return 0;
-}
-
-static void test_a_child_does_not_count_a_timer_being_created_at_the_fork(void **state)
-{
-    (void)state;
-    static hwtt_log log;
-    hwt_options o = logging_to(&log);
-    static hwt_timer *timers[LIVE_TIMERS_WARNED_PAST];
-    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
-        assert_int_equal(hwt_timer_create(&timers[i], &o), 0);
-    assert_int_equal(atomic_load(&log.count[HWT_LOG_ERROR]), 0);
-    static struct creating c;
-    pthread_t creator;
-    assert_int_equal(pthread_create(&creator, NULL, create_one_more, &c), 0);
-    assert_true(hwtt_wait_until(atomic_load(&c.in_log), hwtt_slack_ms(5000)));
-    int status = in_child(child_replaces_the_inherited, timers);
-    atomic_store(&c.forked, true);
-    void *failed;
-    pthread_join(creator, &failed);
-    assert_null(failed);
-    assert_int_equal(status, 0);
-    hwt_timer_destroy(c.timer);
-    for (int i = 0; i < LIVE_TIMERS_WARNED_PAST; i++)
-        hwt_timer_destroy(timers[i]);
-}
-
-/* The same, with the creating thread itself forking in the warning's log
- * callback: its create goes on in the child, with a timer of the child's,
- * which the child's count (its list's) must take in as it is listed. Run
- * in a child of its own, which has not warned yet. */
+/* A create whose own log callback (the warning past 64) forks: the create
+ * goes on in the child, with a timer of the child's, which the child's
+ * count of live timers (its list's, after_fork_in_child) must take in as it
+ * lists it. Run in a child of its own, which has not warned yet. */
 static pid_t forked_in_the_warning = -1;
 
 static void fork_in_the_warning(void *ctx, hwt_log_level level, const char *message)
@@ -550,7 +480,6 @@ int main(void)
     hwtt_watchdog(120);
     hwtt_apply_filters();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_a_child_does_not_count_a_timer_being_created_at_the_fork),
         cmocka_unit_test(test_a_child_forked_in_the_warning_counts_its_new_timer),
         cmocka_unit_test_teardown(test_child_sees_an_inherited_timer_stopped, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_a_child_warns_once_of_its_own, hwtt_teardown_timers),

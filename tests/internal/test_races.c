@@ -375,6 +375,52 @@ static void test_ticks_never_go_back_when_a_read_meets_the_stop(void **state)
     assert_int_equal(later, after_stop);
 }
 
+/* A fork while another thread's destroy has counted its timer out of the
+ * live ones and not yet unlinked it from their list: the child inherits
+ * the timer (on its list: it may destroy it again) and had counted it out
+ * already. With every inherited timer destroyed, its own 65th, the first
+ * past 64, did not warn (SPEC: more than 64 live logs once). The child's
+ * count is its list's now. */
+static hwt_timer *counted[HWT_MAX_LIVE_TIMERS];
+
+static int child_replaces_every_inherited_timer(void *p)
+{
+    (void)p;
+    for (int i = 0; i < HWT_MAX_LIVE_TIMERS; i++)
+        hwt_timer_destroy(counted[i]);
+    static hwtt_log log;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.log = hwtt_log_cb;
+    o.log_ctx = &log;
+    static hwt_timer *mine[HWT_MAX_LIVE_TIMERS + 1];
+    for (int i = 0; i < HWT_MAX_LIVE_TIMERS; i++)
+        if (hwt_timer_create(&mine[i], &o) != 0)
+            return 1;
+    if (atomic_load(&log.count[HWT_LOG_ERROR]) != 0)
+        return 2;
+    if (hwt_timer_create(&mine[HWT_MAX_LIVE_TIMERS], &o) != 0)
+        return 3;
+    return atomic_load(&log.count[HWT_LOG_ERROR]) == 1 ? 0 : 4;
+}
+
+static void test_a_child_forked_during_a_destroy_counts_its_live_timers(void **state)
+{
+    (void)state;
+    for (int i = 0; i < HWT_MAX_LIVE_TIMERS; i++)
+        assert_int_equal(hwt_timer_create(&counted[i], NULL), 0);
+    arm(HWT_STEP_DESTROY_UNLINKING, counted[0]);
+    struct call destroy;
+    begin(&destroy, counted[0], OP_DESTROY, NULL);
+    expect_reached(HWT_STEP_DESTROY_UNLINKING);
+    int rc = hwtt_run_in_child(child_replaces_every_inherited_timer, NULL, hwtt_slack_ms(10000));
+    open_gate(HWT_STEP_DESTROY_UNLINKING);
+    finish(&destroy);
+    for (int i = 1; i < HWT_MAX_LIVE_TIMERS; i++)
+        hwt_timer_destroy(counted[i]);
+    assert_int_equal(rc, 0);
+}
+
 /* A fork while a start is latched: the worker has set its start time and
  * ticks, the starter has not yet marked the timer STARTED. The child's
  * inherited timer lost its worker at the fork, and should report the ticks
@@ -1718,6 +1764,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_destroy_during_a_threads_first_schedule_frees_nothing_under_it, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_child_forked_during_a_start_counts_the_workers_ticks,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_child_forked_during_a_destroy_counts_its_live_timers,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_is_zero_after_stop_while_a_schedule_fails,
                                         setup, teardown),
