@@ -666,7 +666,10 @@ static void run_loop(hwt_timer *timer)
             moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels_wait, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
-         * as nothing left queued is due before them. */
+         * as nothing left queued is due before them. Those that had ended
+         * when the pass began go in any case: with the budget spent, what
+         * is left queued waits for the next pass, as in Netty, rather than
+         * hold the wheel's due timeouts back (docs/design.md). */
         now = hwt__rel_now(timer);
         int64_t ended = hwt__plan_last_tick(&policy, queued_floor(timer, false), now / tick - 1);
         if (ended > last_elapsed)
