@@ -238,25 +238,26 @@ static void file_moved(hwt_timer *timer, hwt_timeout *t, bool stopping)
     hwt__timeout_unref(t);
 }
 
-static void process_moved(hwt_timer *timer, bool stopping)
+/* Each entry of a chain taken from a moved stack or from worker.busy. */
+static void file_chain(hwt_timer *timer, ck_stack_entry_t *e, bool stopping)
 {
-    /* Those deferred at earlier passes first: deferred again, they go on
-     * a new list. */
-    ck_stack_entry_t *e = timer->worker.busy;
-    timer->worker.busy = NULL;
     for (ck_stack_entry_t *next; e != NULL; e = next) {
         next = e->next;
         file_moved(timer, hwt__timeout_of_stack(e), stopping);
     }
+}
+
+static void process_moved(hwt_timer *timer, bool stopping)
+{
+    /* Those deferred at earlier passes first: deferred again, they go on
+     * a new list. */
+    ck_stack_entry_t *busy = timer->worker.busy;
+    timer->worker.busy = NULL;
+    file_chain(timer, busy, stopping);
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
         ck_stack_t *moved = &timer->stripes[i].moved;
-        if (hwt__stack_is_empty(moved))
-            continue;
-        e = hwt__stack_reverse(hwt__stack_take_all_upmc(moved));
-        for (ck_stack_entry_t *next; e != NULL; e = next) {
-            next = e->next;
-            file_moved(timer, hwt__timeout_of_stack(e), stopping);
-        }
+        if (!hwt__stack_is_empty(moved))
+            file_chain(timer, hwt__stack_reverse(hwt__stack_take_all_upmc(moved)), stopping);
     }
 }
 
