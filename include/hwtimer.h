@@ -197,7 +197,10 @@ typedef struct hwt_options {
     void (*executor)(void *ctx, hwt_timeout *timeout);
     void *executor_ctx;
     /* NULL: warnings and errors go to stderr, debug and info are dropped.
-     * Called from the thread that hit the condition (creator, worker, producer). */
+     * Called from the thread that hit the condition (creator, worker, producer).
+     * It may call the library; a message raised on a thread that is inside a
+     * log callback goes to stderr instead, so that a callback that destroys the
+     * timer on an error cannot call itself again and again. */
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
     HWT_EXTENSION union {
@@ -360,7 +363,8 @@ HWT_EXTERN hwt_task_fn hwt_timeout_task(const hwt_timeout *timeout);
 HWT_EXTERN void *hwt_timeout_arg(const hwt_timeout *timeout);
 
 /* For executors: runs the task of a timeout the worker handed to the executor,
- * then gives up the executor's reference. A timeout not handed to an executor,
+ * then gives up the executor's reference (also when the task ends the thread:
+ * pthread_exit, or a cancellation acted on). A timeout not handed to an executor,
  * a second call, or NULL: does nothing. Any thread, once per hand-over, by
  * the executor only: an executor that releases a hand-over instead of running
  * it must not let it be run later (the run would give up a reference that is

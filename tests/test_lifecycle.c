@@ -485,6 +485,51 @@ static void test_destroy_from_task_logs_and_does_nothing(void **state)
     assert_int_equal(atomic_load(&log.count[HWT_LOG_ERROR]), 1);
 }
 
+/* A log callback that destroys its timer on an error ("fatal: shut it
+ * down"), counting how deeply it is nested; past a few levels it stops
+ * calling, so that a library that calls it again and again fails the test
+ * instead of overflowing the worker's stack. */
+static struct {
+    hwt_timer *timer;
+    atomic_int errors, depth, max_depth;
+} destroying_log;
+
+static void destroy_on_error(void *ctx, hwt_log_level level, const char *message)
+{
+    (void)ctx;
+    (void)message;
+    if (level != HWT_LOG_ERROR)
+        return;
+    atomic_fetch_add(&destroying_log.errors, 1);
+    int depth = atomic_fetch_add(&destroying_log.depth, 1) + 1;
+    if (depth > atomic_load(&destroying_log.max_depth))
+        atomic_store(&destroying_log.max_depth, depth);
+    if (depth <= 3)
+        hwt_timer_destroy(destroying_log.timer);
+    atomic_fetch_sub(&destroying_log.depth, 1);
+}
+
+static void test_a_log_callback_that_destroys_on_error_is_called_once(void **state)
+{
+    (void)state;
+    memset(&destroying_log, 0, sizeof destroying_log);
+    atomic_store(&destroy_from_task_done, 0);
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.log = destroy_on_error;
+    destroying_log.timer = hwtt_timer_opts(&o);
+    /* The task's destroy logs an error on the worker; the callback's destroy
+     * logs it again there (it goes to stderr, not to the callback). */
+    assert_int_equal(
+        hwt_new_timeout(destroying_log.timer, destroy_from_task, NULL, 0, HWT_MILLISECONDS, NULL),
+        0);
+    assert_true(hwtt_wait_until(atomic_load(&destroy_from_task_done) == 1, 5000));
+    assert_int_equal(atomic_load(&destroying_log.max_depth), 1);
+    assert_int_equal(atomic_load(&destroying_log.errors), 1);
+    hwt_timer_destroy(destroying_log.timer);
+}
+
 typedef struct stopper {
     hwt_timer *t;
     pthread_barrier_t *bar;
@@ -843,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_stop_from_task_edeadlk),
         cmocka_unit_test(test_workers_stopping_each_other_do_not_hang),
         cmocka_unit_test(test_destroy_from_task_logs_and_does_nothing),
+        cmocka_unit_test(test_a_log_callback_that_destroys_on_error_is_called_once),
         cmocka_unit_test(test_concurrent_stops),
         cmocka_unit_test(test_destroy_drops_pending),
         cmocka_unit_test(test_stop_null_null_drops_pending),
