@@ -16,6 +16,7 @@
  * the timer's pool when both are gone; the timer's memory lives while any
  * timeout of it is out of the pool (pool.c).
  */
+#include <pthread.h>
 #include <sched.h>
 
 #include "alloc.h"
@@ -394,6 +395,11 @@ void hwt__record_lateness(hwt_timer *timer, int64_t deadline)
     }
 }
 
+static void unref_on_unwind(void *timeout)
+{
+    hwt__timeout_unref(timeout);
+}
+
 void hwt_timeout_run(hwt_timeout *timeout)
 {
     if (timeout == NULL)
@@ -405,8 +411,12 @@ void hwt_timeout_run(hwt_timeout *timeout)
     if (!(prev & HWT_TO_EXEC_ARMED))
         return;
     hwt__record_lateness(timer, hwt__deadline_of(timeout));
+    /* The task may end the executor's thread (a pthread_cancel acted on at
+     * a cancellation point, pthread_exit): the executor's reference goes all
+     * the same, or the timeout, and the timer with it, would never be freed. */
+    pthread_cleanup_push(unref_on_unwind, timeout);
     hwt__task_of(timer, timeout)->run(timeout, timeout->arg);
-    hwt__timeout_unref(timeout);
+    pthread_cleanup_pop(1);
 }
 
 void hwt__run_cancelled_callback(hwt_timeout *timeout)
