@@ -202,6 +202,18 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
  * moved_queued_min: the ticks are not processed past them before the
  * transfer has moved them. */
 static void take_for_stop(void *ctx, hwt_timeout *t);
+static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before);
+
+/* Files a timeout that is out of the wheel by its deadline, or runs it at
+ * once if that is due in a tick already processed (before cur: one that a
+ * pass processed while this timeout was still queued or on a moved stack):
+ * placed, it would wait for cur's end, more than a tick after its deadline. */
+static void file_or_run(hwt_timer *timer, hwt_timeout *t)
+{
+    int64_t overdue_before = timer->worker.wheel.cur * timer->tick_ns;
+    if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
+        hwt__wheel_place(&timer->worker.wheel, &t->node);
+}
 
 /* One entry of a moved stack or of worker.busy, with its reference. */
 static void file_moved(hwt_timer *timer, hwt_timeout *t, bool stopping)
@@ -226,7 +238,7 @@ static void file_moved(hwt_timer *timer, hwt_timeout *t, bool stopping)
             if (hwt__timeout_in_wheel(t))
                 hwt__wheel_unlink(&timer->worker.wheel, &t->node);
             set_deferred(timer, t, false);
-            hwt__wheel_place(&timer->worker.wheel, &t->node);
+            file_or_run(timer, t);
         }
     } else if (t->wflags & HWT_W_MOVED_OWED) {
         /* Run, or the stop has it: only the reference. */
@@ -422,8 +434,6 @@ static hwt_timeout *take_queued(hwt_timer *timer, unsigned i, bool *took, size_t
     return hwt__timeout_of_queue_link(e);
 }
 
-static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before);
-
 /* Marks a queued timeout TRANSFERRED (so that its canceller pushes its
  * cancel for us): false if a cancel won. A reschedule may change the state
  * meanwhile (its generation): then again. */
@@ -441,13 +451,10 @@ static bool mark_transferred(hwt_timeout *t)
  * taken in this pass). Marking each one TRANSFERRED
  * (a CAS, against a racing cancel) tells its canceller that the worker must
  * hear of the cancel; the cancelled ones it drops instead are counted in
- * *cancelled. With `run_overdue`, the ticks before cur were processed ahead
- * of this transfer (see run_loop): a timeout due in one of them runs at
- * once, where placing it would wait for the next pass. */
-static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bool *took,
-                         size_t *cancelled)
+ * *cancelled. One due in a tick already processed runs at once
+ * (file_or_run). */
+static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took, size_t *cancelled)
 {
-    const int64_t overdue_before = run_overdue ? timer->worker.wheel.cur * timer->tick_ns : INT64_MIN;
     uint32_t n = 0;
     size_t dropped = 0;
     /* Every stripe's timeouts due soon first (a take puts them in front;
@@ -463,8 +470,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool run_overdue, bo
                     break;
                 if (mark_transferred(t)) {
                     n++;
-                    if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
-                        hwt__wheel_place(&timer->worker.wheel, &t->node);
+                    file_or_run(timer, t);
                 } else {
                     /* Cancelled since the take: let go of at once, not
                      * charged to the budget (as those cancelled before
@@ -599,14 +605,14 @@ static void cancels_before_ticks(hwt_timer *timer, int64_t last, bool mid_transf
  * tick does not wait for a whole budget's transfer. Returns how many were
  * moved. */
 static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *policy,
-                                   bool run_overdue, int64_t *cancels_wait, size_t *cancels)
+                                   int64_t *cancels_wait, size_t *cancels)
 {
     struct hwt__wheel *wheel = &timer->worker.wheel;
     bool took[HWT_STRIPES] = {false};
     uint32_t moved = 0;
     for (;;) {
         uint32_t slice = hwt__plan_slice(policy, moved);
-        uint32_t n = transfer(timer, slice, run_overdue, took, cancels);
+        uint32_t n = transfer(timer, slice, took, cancels);
         moved += n;
         if (n < slice)
             timer->worker.moved_queued_min = INT64_MAX; /* all moved, by their deadlines now */
@@ -617,7 +623,6 @@ static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *p
         if (ended >= wheel->cur) {
             cancels_before_ticks(timer, ended, true, cancels_wait, cancels);
             hwt__wheel_advance(wheel, ended, expire_node, timer);
-            run_overdue = true;
         }
         hwt__step_reached(HWT_STEP_TRANSFER_SLICED, timer);
     }
@@ -652,8 +657,7 @@ static void run_loop(hwt_timer *timer)
          * the order, and the wheel's due timeouts do not wait behind a long
          * transfer. */
         int64_t ahead = hwt__plan_last_tick(&policy, queued_floor(timer, false), last_elapsed);
-        bool ran_ahead = ahead >= wheel->cur;
-        if (ran_ahead) {
+        if (ahead >= wheel->cur) {
             cancels_before_ticks(timer, ahead, false, &cancels_wait, &cancels);
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
         }
@@ -664,7 +668,7 @@ static void run_loop(hwt_timer *timer)
                                                                     queued_floor(timer, false));
         uint32_t moved = 0;
         if (!backlog_waits)
-            moved = transfer_in_slices(timer, &policy, ran_ahead, &cancels_wait, &cancels);
+            moved = transfer_in_slices(timer, &policy, &cancels_wait, &cancels);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. Those that had ended

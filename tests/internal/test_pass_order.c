@@ -9,7 +9,11 @@
  *     budget ran out) runs before the wheel's timeouts of later ticks;
  *   - a timeout due now, queued behind a backlog of far ones larger than
  *     the transfer budget, is moved first and runs after a slice of the
- *     backlog, not after a whole budget.
+ *     backlog, not after a whole budget;
+ *   - a timeout queued, or moved earlier by a reschedule, while a pass's
+ *     task runs, due in a tick that ends meanwhile and that the pass then
+ *     processes, runs at once in the next pass (not a tick later, after
+ *     the wheel's timeouts of the next tick).
  * A 100 ms tick leaves room for the timing each scenario needs; a scenario
  * whose timing was missed (the test thread was late) is tried again.
  */
@@ -249,6 +253,101 @@ static void test_due_timeout_overtakes_a_backlog(void **state)
     hwtt_destroy(the_timer);
 }
 
+/* Starts B (the blocker) due at `at`; false if that time has passed. */
+static bool schedule_blocker_at(hwt_timer *timer, int64_t at)
+{
+    int64_t delay = at - hwt__rel_now(timer);
+    if (delay <= 0)
+        return false;
+    assert_int_equal(hwt_new_timeout(timer, blocker, NULL, delay, HWT_NANOSECONDS, NULL), 0);
+    return true;
+}
+
+/* Waits for the first 20 ms of a tick, and returns that tick. */
+static int64_t early_in_a_tick(hwt_timer *timer)
+{
+    hwtt_wait_until(hwt__rel_now(timer) % TICK_NS < 20 * MS_NS, hwtt_slack_ms(2000));
+    return hwt__rel_now(timer) / TICK_NS;
+}
+
+/* W is in the wheel for tick c+2 and Z for c+4. B, due in tick c+2, is
+ * queued while the worker sleeps until that tick's end, so the pass at
+ * (c+3)T runs W, then B as it moves it (overdue). B holds the worker until
+ * X, due in tick c+3, is queued and tick c+3 has ended: the pass then
+ * processes tick c+3 with X still queued. The next pass must run X at once,
+ * before Z and less than a tick late. */
+static void test_timeout_queued_while_its_tick_is_processed_runs_next(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        hwt_timer *timer = fresh_timer(100000);
+        atomic_store(&blocking, false);
+        atomic_store(&go, false);
+        int64_t c = early_in_a_tick(timer);
+        hold_until = (c + 4) * TICK_NS + 5 * MS_NS;
+        bool timely = schedule_at(timer, 'W', (c + 2) * TICK_NS + 20 * MS_NS) &&
+                      schedule_at(timer, 'Z', (c + 4) * TICK_NS + 10 * MS_NS);
+        hwtt_wait_until(hwt__rel_now(timer) >= (c + 2) * TICK_NS + 60 * MS_NS, hwtt_slack_ms(5000));
+        timely = timely && schedule_blocker_at(timer, (c + 2) * TICK_NS + 70 * MS_NS);
+        assert_true(hwtt_wait_until(atomic_load(&blocking), hwtt_slack_ms(5000)));
+        int64_t x_due = (c + 3) * TICK_NS + 50 * MS_NS;
+        timely = timely && hwt__rel_now(timer) < (c + 3) * TICK_NS + 30 * MS_NS &&
+                 schedule_at(timer, 'X', x_due);
+        atomic_store(&go, true);
+        bool all = hwtt_wait_until(atomic_load(&ran) == 4, hwtt_slack_ms(5000));
+        hwtt_destroy(timer);
+        if (!timely)
+            continue;
+        assert_true(all);
+        if (memcmp(order, "WBXZ", 4) != 0)
+            fail_msg("ran in the order %.4s, not WBXZ", order);
+        if (ran_at[2] - x_due >= TICK_NS)
+            fail_msg("X ran %lld ms after its deadline: a tick late",
+                     (long long)((ran_at[2] - x_due) / MS_NS));
+        return;
+    }
+    fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
+}
+
+/* The same with a reschedule: Y waits an hour away; W and B are in the
+ * wheel for tick c+2. B, run by the pass at (c+3)T after it took the moved
+ * stacks, holds the worker until Y is moved to tick c+3 and that tick has
+ * ended: the pass processes tick c+3 with Y on a moved stack. The next
+ * pass must run Y at once, less than a tick late. */
+static void test_timeout_moved_while_its_tick_is_processed_runs_next(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        hwt_timer *timer = fresh_timer(100000);
+        atomic_store(&blocking, false);
+        atomic_store(&go, false);
+        hwt_timeout *y;
+        assert_int_equal(hwt_new_timeout(timer, record, (void *)(uintptr_t)'Y', 1, HWT_HOURS, &y),
+                         0);
+        int64_t c = early_in_a_tick(timer);
+        hold_until = (c + 4) * TICK_NS + 5 * MS_NS;
+        bool timely = schedule_at(timer, 'W', (c + 2) * TICK_NS + 20 * MS_NS) &&
+                      schedule_blocker_at(timer, (c + 2) * TICK_NS + 30 * MS_NS);
+        assert_true(hwtt_wait_until(atomic_load(&blocking), hwtt_slack_ms(5000)));
+        int64_t y_due = (c + 3) * TICK_NS + 50 * MS_NS;
+        timely = timely && hwt__rel_now(timer) < (c + 3) * TICK_NS + 30 * MS_NS;
+        assert_true(hwt_timeout_reschedule(y, y_due - hwt__rel_now(timer), HWT_NANOSECONDS));
+        atomic_store(&go, true);
+        bool all = hwtt_wait_until(atomic_load(&ran) == 3, hwtt_slack_ms(5000));
+        hwt_timeout_release(y);
+        hwtt_destroy(timer);
+        if (!timely)
+            continue;
+        assert_true(all);
+        assert_memory_equal(order, "WBY", 3);
+        if (ran_at[2] - y_due >= TICK_NS)
+            fail_msg("Y ran %lld ms after its new deadline: a tick late",
+                     (long long)((ran_at[2] - y_due) / MS_NS));
+        return;
+    }
+    fail_msg("the test thread was late in all %d attempts", ATTEMPTS);
+}
+
 int main(void)
 {
     hwtt_watchdog(300);
@@ -260,6 +359,10 @@ int main(void)
         cmocka_unit_test_teardown(test_one_threads_timeouts_of_one_tick_run_in_its_order,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_due_timeout_overtakes_a_backlog, hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_timeout_queued_while_its_tick_is_processed_runs_next,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_timeout_moved_while_its_tick_is_processed_runs_next,
+                                  hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
