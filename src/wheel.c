@@ -339,6 +339,11 @@ static void place_below(struct hwt__wheel *wheel, struct hwt__wheel_node *node, 
 {
     int64_t due = effective_due(wheel, node);
     uint32_t level = lowest_level(wheel, due);
+    /* A node whose deadline moved later while it was linked may need a
+     * level at or above the one it comes from: its tick is not in that
+     * slot, so every level above its lowest may be scanned. */
+    if (level > max_level)
+        max_level = wheel->upper_levels;
     /* Only levels that hold anything (most are empty): bits level .. max_level-1. */
     uint32_t above =
         wheel->upper_used & ((UINT32_C(1) << max_level) - 1) & ~((UINT32_C(1) << level) - 1);

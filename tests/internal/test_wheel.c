@@ -597,6 +597,61 @@ static void test_same_tick_order_across_levels(void **state)
     model_free(m);
 }
 
+/* Records which of two nodes the wheel hands back, in order. */
+struct two_seen {
+    const struct hwt__wheel_node *first;
+    int order[2];
+    int n;
+};
+
+static enum hwt__wheel_verdict note_order(void *ctx, struct hwt__wheel_node *node)
+{
+    struct two_seen *s = ctx;
+    if (s->n < 2)
+        s->order[s->n] = (int)(node - s->first);
+    s->n++;
+    return HWT_WHEEL_TAKEN;
+}
+
+/* A node whose deadline is moved later while it waits at an upper level (a
+ * reschedule writes the deadline and leaves the node where it is) is filed
+ * by its new deadline when its old slot cascades, and must queue behind an
+ * older node due at that tick, as it would if it had been filed again from
+ * level 0 (I2). On a wheel of 64 ticks: C (due 10000) waits at level 2, A
+ * (due 5000) at level 1; A moves to 10000, and its slot's cascade at 4992
+ * files it. Then C, A - with and without pre-cascades. */
+static void test_moved_later_at_an_upper_level_queues_behind_older(void **state)
+{
+    (void)state;
+    enum { C, A };
+    for (int precascade = 0; precascade < 2; precascade++) {
+        struct hwt__wheel w;
+        struct hwt__wheel_node *nodes = arena_zalloc(2 * sizeof *nodes);
+        assert_true(hwt__wheel_init(&w, 64, 1));
+        nodes[C].deadline = 10000;
+        hwt__wheel_place(&w, &nodes[C]);
+        nodes[A].deadline = 5000;
+        hwt__wheel_place(&w, &nodes[A]);
+        assert_int_equal(hwt__wheel_level_of(&w, &nodes[C]), 2);
+        assert_int_equal(hwt__wheel_level_of(&w, &nodes[A]), 1);
+        nodes[A].deadline = 10000;
+        struct two_seen seen = {.first = nodes};
+        for (int passes = 0; seen.n < 2 && passes < 100000; passes++) {
+            hwt__wheel_advance(&w, hwt__wheel_next_event(&w), note_order, &seen);
+            if (precascade)
+                hwt__wheel_precascade(&w, 512);
+            if (w.cur > 4992) /* A filed by its new deadline: the links agree again */
+                assert_true(hwt__wheel_check(&w));
+        }
+        assert_int_equal(seen.n, 2);
+        assert_int_equal(w.cur, 10001);
+        assert_int_equal(seen.order[0], C);
+        assert_int_equal(seen.order[1], A);
+        hwt__wheel_free(&w);
+        hwt__arena_unmap(nodes, 2 * sizeof *nodes);
+    }
+}
+
 /* Unlinking the first, a middle, the last and the only node of a bucket, at
  * level 0 and above: the lists stay whole, a bucket left empty is empty
  * (occupancy, next event), and a node knows it is out. */
@@ -782,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_huge_deadlines),
         cmocka_unit_test(test_far_timeout_not_rescanned),
         cmocka_unit_test(test_same_tick_order_across_levels),
+        cmocka_unit_test(test_moved_later_at_an_upper_level_queues_behind_older),
         cmocka_unit_test(test_unlink_any_position),
         cmocka_unit_test(test_unlinks_from_a_slot_keep_it_paced),
         cmocka_unit_test(test_refile_from_advance),
