@@ -80,7 +80,11 @@
  * and refile the node when its old tick hands it back (the advance callback
  * answers HWT_WHEEL_REFILE): the node is placed again as a newcomer, so (I1)
  * and (I2) hold as for any placement; one due at once is handed back again
- * in the same tick, behind the nodes linked before it.
+ * in the same tick, behind the nodes linked before it. A node still waiting
+ * at an upper level is met first by its old slot's cascade or pre-cascade:
+ * if its tick left that slot, it is placed there as a newcomer too (at any
+ * level, behind older nodes of its tick wherever they wait); if not, it
+ * comes down with the slot, in the slot's order.
  *
  * Sleeping: one occupancy bit per bucket (a 64-bit word per upper array, a
  * bitmap for level 0) gives the next tick at which anything happens - a
@@ -334,15 +338,23 @@ static struct hwt__wheel_link *bucket_take(struct slot_ref ref)
 
 /* Links a node (not linked) at a level <= max_level: the lowest allowed, or
  * the highest non-empty slot holding its tick above that - (I2): older
- * nodes due at the same tick may wait there, the newcomer must queue behind. */
-static void place_below(struct hwt__wheel *wheel, struct hwt__wheel_node *node, uint32_t max_level)
+ * nodes due at the same tick may wait there, the newcomer must queue behind.
+ * A node coming down from the level above max_level (a cascade or a
+ * pre-cascade) comes from the slot holding `from`. */
+static void place_below(struct hwt__wheel *wheel, struct hwt__wheel_node *node, uint32_t max_level,
+                        int64_t from)
 {
     int64_t due = effective_due(wheel, node);
     uint32_t level = lowest_level(wheel, due);
-    /* A node whose deadline moved later while it was linked may need a
-     * level at or above the one it comes from: its tick is not in that
-     * slot, so every level above its lowest may be scanned. */
-    if (level > max_level)
+    /* A node whose deadline moved later while it was linked, out of the
+     * slot it comes from, is filed as a newcomer: older nodes due at its
+     * new tick may wait at any level above its lowest, also at or above the
+     * one it comes from - its lowest may be above that one, or, cascading
+     * at the slot's start, below it while they wait in the next slot. Its
+     * tick is not in the slot it comes from, so it never goes back there. */
+    if (max_level < wheel->upper_levels &&
+        (level > max_level || (uint64_t)due >> level_shift(wheel, max_level + 1) !=
+                                  (uint64_t)from >> level_shift(wheel, max_level + 1)))
         max_level = wheel->upper_levels;
     /* Only levels that hold anything (most are empty): bits level .. max_level-1. */
     uint32_t above =
@@ -368,7 +380,7 @@ static void place_below(struct hwt__wheel *wheel, struct hwt__wheel_node *node, 
 
 void hwt__wheel_place(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
 {
-    place_below(wheel, node, wheel->upper_levels);
+    place_below(wheel, node, wheel->upper_levels, 0);
 }
 
 void hwt__wheel_unlink(struct hwt__wheel *wheel, struct hwt__wheel_node *node)
@@ -414,7 +426,7 @@ static void cascade_slot(struct hwt__wheel *wheel, uint32_t level, int64_t tick)
         struct hwt__wheel_link *next = at(link->next);
         __builtin_prefetch(next);
         wheel->count--;
-        place_below(wheel, node_of(link), level - 1);
+        place_below(wheel, node_of(link), level - 1, tick);
         link = next;
     }
 }
@@ -544,7 +556,7 @@ static size_t precascade_level(struct hwt__wheel *wheel, uint32_t level, size_t 
         n = budget;
     size_t moved = 0;
     while (moved < n && occupied(ref)) {
-        place_below(wheel, slot_pop(wheel, ref), level - 1);
+        place_below(wheel, slot_pop(wheel, ref), level - 1, first);
         moved++;
     }
     return moved;
