@@ -354,17 +354,19 @@ static inline int64_t hwt__plan_busy_check(const struct hwt__policy *p, int64_t 
  * since the start) to wake at, or -1 to pass again at once: for a
  * reschedule's or a cancel's entry, a backlog at the kick threshold, a
  * tick that ended and is not processed yet (a queued timeout is due in
- * it), or where the worker does not nap (!p->naps). Never past the end of
- * the current tick, nor past the planned wake-up: what the nap lets wait
- * is moved before the tick it may be due in is processed, so no timeout
- * runs later for it. */
+ * it), a queued timeout due in a tick already processed (queued while the
+ * pass's tasks ran: it is late already), or where the worker does not nap
+ * (!p->naps). Never past the end of the current tick, nor past the planned
+ * wake-up: what the nap lets wait is moved before the tick it may be due
+ * in is processed, so no timeout runs later for it. */
 static inline int64_t hwt__plan_nap(const struct hwt__policy *p,
                                     const struct hwt__sleep_snapshot *s,
                                     const struct hwt__sleep_plan *plan,
                                     const struct hwt__recheck *r)
 {
     if (!p->naps || r->moved_waiting || (!plan->cancel_watch && r->cancels_waiting) ||
-        r->queued >= (int64_t)p->backlog_kick || s->cur < s->now / p->tick_ns)
+        r->queued >= (int64_t)p->backlog_kick || s->cur < s->now / p->tick_ns ||
+        r->earliest_queued < hwt__sat_mul(s->cur, p->tick_ns))
         return -1;
     int64_t nap = p->tick_ns / 4 < HWT_NAP_MAX_NS ? p->tick_ns / 4 : HWT_NAP_MAX_NS;
     int64_t until = hwt__sat_add(s->now, nap);

@@ -406,6 +406,13 @@ static void test_a_burst_naps_within_the_tick(void **state)
     s.cur = 9;
     assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
     s.cur = 10;
+    /* A queued timeout due in a tick already processed (queued while the
+     * pass's tasks ran): it runs in the next pass, at once. */
+    r.earliest_queued = 9 * MS + 500 * US;
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == -1);
+    r.earliest_queued = 10 * MS; /* due in tick 10, not processed yet: a nap */
+    assert_true(hwt__plan_nap(&p, &s, &due, &r) == s.now + 250 * US);
+    r.earliest_queued = INT64_MAX - 1;
 
     /* Nor for a reschedule's entry, cancels the plan does not wake for, or
      * a backlog at the kick threshold. */
