@@ -80,7 +80,10 @@
 /* Timeouts moved between two looks at the clock in a long transfer. Moving
  * a full budget takes milliseconds while producers share the CPUs; a tick
  * that ends meanwhile is processed between two slices, so its timeouts wait
- * behind one slice (~10-30 us) instead of the whole transfer. */
+ * behind one slice instead of the whole transfer: about 0.5 ms of the
+ * worker's CPU (~60 ns a timeout in a burst, bench/README.md, "Where the
+ * burst's worst lateness comes from"), more in wall time while producers
+ * hold the CPUs. */
 #define HWT_TRANSFER_SLICE 8192
 
 /* Timeouts cascaded ahead of time per level per pass at least (wheel.c,
