@@ -971,38 +971,36 @@ static enum hwt__wheel_verdict note_order(void *ctx, struct hwt__wheel_node *nod
     return HWT_WHEEL_TAKEN;
 }
 
-/* A node whose deadline is moved later while it waits at an upper level (a
- * reschedule writes the deadline and leaves the node where it is) is filed
- * by its new deadline when its old slot cascades, and must queue behind an
- * older node due at that tick, as it would if it had been filed again from
- * level 0 (I2). On a wheel of 64 ticks: C (due 10000) waits at level 2, A
- * (due 5000) at level 1; A moves to 10000, and its slot's cascade at 4992
- * files it. Then C, A - with and without pre-cascades. */
-static void test_moved_later_at_an_upper_level_queues_behind_older(void **state)
+/* On a wheel of 64 ticks: C is placed (due c_due, at level c_level), then A
+ * (due a_due, at a_level); A's deadline is then moved to C's while it stays
+ * linked, as a reschedule later does, and its old slot's cascade at
+ * a_slot_start files it. A must run after C, at C's tick, with and without
+ * pre-cascades. */
+static void check_moved_later_runs_behind(int64_t c_due, int c_level, int64_t a_due, int a_level,
+                                          int64_t a_slot_start)
 {
-    (void)state;
     enum { C, A };
     for (int precascade = 0; precascade < 2; precascade++) {
         struct hwt__wheel w;
         struct hwt__wheel_node *nodes = arena_zalloc(2 * sizeof *nodes);
         assert_true(hwt__wheel_init(&w, 64, 1));
-        nodes[C].deadline = 10000;
+        nodes[C].deadline = c_due;
         hwt__wheel_place(&w, &nodes[C]);
-        nodes[A].deadline = 5000;
+        nodes[A].deadline = a_due;
         hwt__wheel_place(&w, &nodes[A]);
-        assert_int_equal(hwt__wheel_level_of(&w, &nodes[C]), 2);
-        assert_int_equal(hwt__wheel_level_of(&w, &nodes[A]), 1);
-        nodes[A].deadline = 10000;
+        assert_int_equal(hwt__wheel_level_of(&w, &nodes[C]), c_level);
+        assert_int_equal(hwt__wheel_level_of(&w, &nodes[A]), a_level);
+        nodes[A].deadline = c_due;
         struct two_seen seen = {.first = nodes};
         for (int passes = 0; seen.n < 2 && passes < 100000; passes++) {
             hwt__wheel_advance(&w, hwt__wheel_next_event(&w), note_order, &seen);
             if (precascade)
                 hwt__wheel_precascade(&w, 512);
-            if (w.cur > 4992) /* A filed by its new deadline: the links agree again */
+            if (w.cur > a_slot_start) /* A filed by its new deadline: the links agree again */
                 assert_true(hwt__wheel_check(&w));
         }
         assert_int_equal(seen.n, 2);
-        assert_int_equal(w.cur, 10001);
+        assert_int_equal(w.cur, c_due + 1);
         assert_int_equal(seen.order[0], C);
         assert_int_equal(seen.order[1], A);
         hwt__wheel_free(&w);
@@ -1010,48 +1008,34 @@ static void test_moved_later_at_an_upper_level_queues_behind_older(void **state)
     }
 }
 
+/* A node whose deadline is moved later while it waits at an upper level is
+ * filed by its new deadline when its old slot cascades, and must queue
+ * behind an older node due at that tick, as it would if it had been filed
+ * again from level 0 (I2): C (due 10000) waits at level 2, A (due 5000) at
+ * level 1, whose slot cascades at 4992. */
+static void test_moved_later_at_an_upper_level_queues_behind_older(void **state)
+{
+    (void)state;
+    check_moved_later_runs_behind(10000, 2, 5000, 1, 4992);
+}
+
 /* The same, when the new tick lies in the slot after the old one at the
  * node's level (the next range of the level below, so place_below's lowest
  * level for it is below the cascading one): the older node due at that tick
- * still waits at that level or above, and the moved one must queue behind
- * it, not go below it. On a wheel of 64 ticks, at level L (1 and 2) of
- * width W: C is due at 3W + 4 (digit 3), A at 2W + 1 (digit 2); A moves to
- * 3W + 4, and its slot's cascade at 2W files it while C waits at level L.
- * Then C, A - with and without pre-cascades (at level 1, C's slot's
+ * still waits at that level, and the moved one must queue behind it, not go
+ * below it. At level L (1 and 2) of width W: C is due at 3W + 4 (digit 3), A
+ * at 2W + 1 (digit 2), whose slot cascades at 2W (at level 1, C's slot's
  * pre-cascade is open from 2W on). */
 static void test_moved_later_into_the_next_slot_queues_behind_older(void **state)
 {
     (void)state;
-    enum { C, A };
-    for (uint32_t level = 1; level <= 2; level++) {
-        for (int precascade = 0; precascade < 2; precascade++) {
-            struct hwt__wheel w;
-            struct hwt__wheel_node *nodes = arena_zalloc(2 * sizeof *nodes);
-            assert_true(hwt__wheel_init(&w, 64, 1));
-            int64_t width = width_of(&w, level);
-            nodes[C].deadline = 3 * width + 4;
-            hwt__wheel_place(&w, &nodes[C]);
-            nodes[A].deadline = 2 * width + 1;
-            hwt__wheel_place(&w, &nodes[A]);
-            assert_int_equal(hwt__wheel_level_of(&w, &nodes[C]), level);
-            assert_int_equal(hwt__wheel_level_of(&w, &nodes[A]), level);
-            nodes[A].deadline = 3 * width + 4;
-            struct two_seen seen = {.first = nodes};
-            for (int passes = 0; seen.n < 2 && passes < 100000; passes++) {
-                hwt__wheel_advance(&w, hwt__wheel_next_event(&w), note_order, &seen);
-                if (precascade)
-                    hwt__wheel_precascade(&w, 512);
-                if (w.cur > 2 * width) /* A filed by its new deadline */
-                    assert_true(hwt__wheel_check(&w));
-            }
-            assert_int_equal(seen.n, 2);
-            assert_int_equal(w.cur, 3 * width + 5);
-            assert_int_equal(seen.order[0], C);
-            assert_int_equal(seen.order[1], A);
-            hwt__wheel_free(&w);
-            hwt__arena_unmap(nodes, 2 * sizeof *nodes);
-        }
+    struct hwt__wheel w;
+    assert_true(hwt__wheel_init(&w, 64, 1));
+    for (int level = 1; level <= 2; level++) {
+        int64_t width = width_of(&w, (uint32_t)level);
+        check_moved_later_runs_behind(3 * width + 4, level, 2 * width + 1, level, 2 * width);
     }
+    hwt__wheel_free(&w);
 }
 
 /* Unlinking the first, a middle, the last and the only node of a bucket, at
