@@ -38,6 +38,16 @@
 
 #include <ck_stack.h>
 #include <stdbool.h>
+
+/* ck's fences follow the memory model its ck_md.h names, which is per
+ * architecture. A cross build that finds the host's x86-64 ck_md.h (TSO)
+ * gets an arm64 ck whose store and load fences are no instructions at
+ * all: pushes no longer publish what the producer wrote (cmake/ and
+ * tests/arm64 give the target's headers; this catches any build that
+ * does not). */
+#if defined(__aarch64__) && !defined(CK_MD_RMO)
+#error "ck_md.h is not arm64's (CK_MD_RMO): build against the target's ConcurrencyKit headers"
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
