@@ -179,6 +179,8 @@ struct hwt__worker {
     size_t deferred;          /* out of the wheel for a reschedule (HWT_W_DEFERRED) */
     ck_stack_entry_t *busy;   /* of those, the ones reschedules were writing (defer_moved) */
     int64_t moved_queued_min; /* earliest deadline of queued timeouts rescheduled earlier */
+    int64_t cancels_wait;     /* cancels wait until this tick's end (-1: none; worker.c) */
+    size_t pass_cancels;      /* cancels processed in this pass */
     unsigned next_stripe;     /* the stripe transfer starts with */
     bool naps;                /* precise sleeps with short CPU turns: may nap (hwt__plan_nap) */
     uint64_t took[HWT_STRIPES]; /* timeouts ever taken from each stripe's queue */

@@ -204,14 +204,32 @@ static void defer_moved(hwt_timer *timer, hwt_timeout *t)
 static void take_for_stop(void *ctx, hwt_timeout *t);
 static bool expire(hwt_timer *timer, hwt_timeout *t, int64_t due_before);
 
+/* Processes the cancels let wait (hwt__plan_cancels_wait), if any: before a
+ * task of a tick that they may have been made before, as each tick's order
+ * has it. */
+static void end_cancels_wait(hwt_timer *timer)
+{
+    struct hwt__worker *w = &timer->worker;
+    if (w->cancels_wait < 0)
+        return;
+    w->pass_cancels += process_cancels(timer);
+    w->cancels_wait = -1;
+}
+
 /* Files a timeout that is out of the wheel by its deadline, or runs it at
  * once if that is due in a tick already processed (before cur: one that a
  * pass processed while this timeout was still queued or on a moved stack):
- * placed, it would wait for cur's end, more than a tick after its deadline. */
+ * placed, it would wait for cur's end, more than a tick after its deadline.
+ * The cancels let wait go first: some may be from before that tick ended. */
 static void file_or_run(hwt_timer *timer, hwt_timeout *t)
 {
     int64_t overdue_before = timer->worker.wheel.cur * timer->tick_ns;
-    if (hwt__deadline_of(t) >= overdue_before || !expire(timer, t, overdue_before))
+    if (hwt__deadline_of(t) >= overdue_before) {
+        hwt__wheel_place(&timer->worker.wheel, &t->node);
+        return;
+    }
+    end_cancels_wait(timer);
+    if (!expire(timer, t, overdue_before))
         hwt__wheel_place(&timer->worker.wheel, &t->node);
 }
 
@@ -451,9 +469,9 @@ static bool mark_transferred(hwt_timeout *t)
  * taken in this pass). Marking each one TRANSFERRED
  * (a CAS, against a racing cancel) tells its canceller that the worker must
  * hear of the cancel; the cancelled ones it drops instead are counted in
- * *cancelled. One due in a tick already processed runs at once
+ * the pass's cancels. One due in a tick already processed runs at once
  * (file_or_run). */
-static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took, size_t *cancelled)
+static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took)
 {
     uint32_t n = 0;
     size_t dropped = 0;
@@ -484,7 +502,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took, size_t *
     }
     timer->worker.next_stripe++; /* who goes first when the budget runs out */
     bump(&timer->transferred, n + dropped);
-    *cancelled += dropped;
+    timer->worker.pass_cancels += dropped;
     return n;
 }
 
@@ -580,23 +598,21 @@ static enum hwt__wheel_verdict expire_node(void *ctx, struct hwt__wheel_node *no
 /* ---------------------------------------------------------- the loop */
 
 /* Before the ticks up to `last` are processed: cancels that were let wait
- * (hwt__plan_cancels_wait, `*cancels_wait` >= 0) are processed first when
- * one of those ticks has a timeout due, in the wheel or still queued (it
- * may run as overdue in the transfer). A cancel made before a tick ended
- * is then processed, its cancelled callback run, before that tick's tasks,
- * as each tick's order has it; the wait only spares passes that expire
- * nothing. */
-static void cancels_before_ticks(hwt_timer *timer, int64_t last, bool mid_transfer,
-                                 int64_t *cancels_wait, size_t *cancels)
+ * (hwt__plan_cancels_wait, worker.cancels_wait >= 0) are processed first
+ * when one of those ticks has a timeout due, in the wheel or still queued
+ * (it may run as overdue in the transfer). A cancel made before a tick
+ * ended is then processed, its cancelled callback run, before that tick's
+ * tasks, as each tick's order has it; the wait only spares passes that
+ * expire nothing. */
+static void cancels_before_ticks(hwt_timer *timer, int64_t last, bool mid_transfer)
 {
     struct hwt__wheel *wheel = &timer->worker.wheel;
-    if (*cancels_wait < 0 || last < wheel->cur)
+    if (timer->worker.cancels_wait < 0 || last < wheel->cur)
         return;
     if (hwt__wheel_next_event(wheel) > last &&
         queued_floor(timer, mid_transfer) / timer->tick_ns > last)
         return;
-    *cancels += process_cancels(timer);
-    *cancels_wait = -1;
+    end_cancels_wait(timer);
 }
 
 /* Moves up to the budget of new timeouts (the stacks' due-soon timeouts
@@ -604,15 +620,14 @@ static void cancels_before_ticks(hwt_timer *timer, int64_t last, bool mid_transf
  * as far as nothing still queued or taken is due before them, so that a due
  * tick does not wait for a whole budget's transfer. Returns how many were
  * moved. */
-static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *policy,
-                                   int64_t *cancels_wait, size_t *cancels)
+static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *policy)
 {
     struct hwt__wheel *wheel = &timer->worker.wheel;
     bool took[HWT_STRIPES] = {false};
     uint32_t moved = 0;
     for (;;) {
         uint32_t slice = hwt__plan_slice(policy, moved);
-        uint32_t n = transfer(timer, slice, took, cancels);
+        uint32_t n = transfer(timer, slice, took);
         moved += n;
         if (n < slice)
             timer->worker.moved_queued_min = INT64_MAX; /* all moved, by their deadlines now */
@@ -621,7 +636,7 @@ static uint32_t transfer_in_slices(hwt_timer *timer, const struct hwt__policy *p
         int64_t ended = hwt__plan_last_tick(policy, queued_floor(timer, true),
                                             hwt__rel_now(timer) / policy->tick_ns - 1);
         if (ended >= wheel->cur) {
-            cancels_before_ticks(timer, ended, true, cancels_wait, cancels);
+            cancels_before_ticks(timer, ended, true);
             hwt__wheel_advance(wheel, ended, expire_node, timer);
         }
         hwt__step_reached(HWT_STEP_TRANSFER_SLICED, timer);
@@ -641,15 +656,16 @@ static void run_loop(hwt_timer *timer)
         .naps = timer->worker.naps,
     };
     const int64_t tick = policy.tick_ns;
-    bool slept_soon = true;    /* the last sleep was planned within the latency */
-    int64_t cancels_wait = -1; /* cancels wait until this tick's end (-1: none) */
+    struct hwt__worker *w = &timer->worker;
+    bool slept_soon = true; /* the last sleep was planned within the latency */
+    w->cancels_wait = -1;
 
     while (atomic_load(&timer->state) != HWT_STATE_SHUTDOWN) {
         int64_t now = hwt__rel_now(timer);
         int64_t last_elapsed = now / tick - 1; /* ticks whose end has passed */
-        cancels_wait =
-            hwt__plan_cancels_wait(&policy, now, slept_soon, cancels_wait, cancels_waiting(timer));
-        size_t cancels = cancels_wait < 0 ? process_cancels(timer) : 0;
+        w->cancels_wait = hwt__plan_cancels_wait(&policy, now, slept_soon, w->cancels_wait,
+                                                 cancels_waiting(timer));
+        w->pass_cancels = w->cancels_wait < 0 ? process_cancels(timer) : 0;
         process_moved(timer, false);
         /* The elapsed ticks that no queued timeout is due before are
          * processed first: new timeouts due in the last of them would join
@@ -658,7 +674,7 @@ static void run_loop(hwt_timer *timer)
          * transfer. */
         int64_t ahead = hwt__plan_last_tick(&policy, queued_floor(timer, false), last_elapsed);
         if (ahead >= wheel->cur) {
-            cancels_before_ticks(timer, ahead, false, &cancels_wait, &cancels);
+            cancels_before_ticks(timer, ahead, false);
             hwt__wheel_advance(wheel, ahead, expire_node, timer);
         }
         /* The backlog's reads (every stripe's lines, which producers write)
@@ -668,7 +684,7 @@ static void run_loop(hwt_timer *timer)
                                                                     queued_floor(timer, false));
         uint32_t moved = 0;
         if (!backlog_waits)
-            moved = transfer_in_slices(timer, &policy, &cancels_wait, &cancels);
+            moved = transfer_in_slices(timer, &policy);
         hwt__wheel_precascade(wheel, HWT_PRECASCADE_BUDGET);
         /* And the ticks that ended during the tasks and the transfer, as far
          * as nothing left queued is due before them. Those that had ended
@@ -680,7 +696,7 @@ static void run_loop(hwt_timer *timer)
         if (ended > last_elapsed)
             last_elapsed = ended;
         if (last_elapsed >= wheel->cur) {
-            cancels_before_ticks(timer, last_elapsed, false, &cancels_wait, &cancels);
+            cancels_before_ticks(timer, last_elapsed, false);
             hwt__wheel_advance(wheel, last_elapsed, expire_node, timer);
         }
 
@@ -689,9 +705,9 @@ static void run_loop(hwt_timer *timer)
             .cur = wheel->cur,
             .next_event = hwt__wheel_next_event(wheel),
             .moved = moved,
-            .cancels = cancels,
+            .cancels = w->pass_cancels,
             .queued = (int64_t)hwt__queued_count(timer),
-            .cancels_wait = cancels_wait,
+            .cancels_wait = w->cancels_wait,
             .backlog_waited = backlog_waits,
         };
         struct hwt__sleep_plan plan = hwt__plan_sleep(&policy, &seen);

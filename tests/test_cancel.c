@@ -517,6 +517,52 @@ static void test_a_cancel_before_a_tick_is_processed_before_its_tasks(void **sta
     assert_true(conclusive);
 }
 
+/* The same for a timeout moved earlier, into a tick that ends while a task
+ * runs: the worker runs it as soon as it finds it, and a cancel made before
+ * that tick ended, which the worker may have let wait, must come first. On
+ * a 1 ms tick, a task 200 ms away (the worker sleeps past the cancel
+ * latency, so it may let cancels wait) cancels C, moves Y to now and holds
+ * the worker until that tick is over. Then C's callback, then Y. */
+static hwt_timeout *moved_cancel_c, *moved_cancel_y;
+static atomic_bool moved_cancel_done;
+
+static void cancel_c_then_move_y(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    bool cancelled = hwt_timeout_cancel(moved_cancel_c);
+    bool moved = hwt_timeout_reschedule(moved_cancel_y, 0, HWT_MILLISECONDS);
+    hwtt_sleep_us(5000);
+    atomic_store(&moved_cancel_done, cancelled && moved);
+}
+
+static void test_a_cancel_before_a_moved_timeouts_tick_is_processed_first(void **state)
+{
+    (void)state;
+    static const hwt_task cancelled_one = {.run = never_run, .cancelled = order_cancelled};
+    atomic_store(&order_seq, 0);
+    atomic_store(&run_seq, 0);
+    atomic_store(&cancelled_seq, 0);
+    atomic_store(&moved_cancel_done, false);
+    hwt_timer *t = hwtt_timer(1, HWT_MILLISECONDS, 1024);
+    assert_int_equal(hwt_new_timeout_task(t, &cancelled_one, NULL, 1, HWT_HOURS, &moved_cancel_c),
+                     0);
+    assert_int_equal(hwt_new_timeout(t, order_run, NULL, 1, HWT_HOURS, &moved_cancel_y), 0);
+    assert_int_equal(hwt_new_timeout(t, cancel_c_then_move_y, NULL, 200, HWT_MILLISECONDS, NULL),
+                     0);
+    bool both = hwtt_wait_until(atomic_load(&run_seq) != 0 && atomic_load(&cancelled_seq) != 0,
+                                hwtt_slack_ms(5000));
+    bool done = atomic_load(&moved_cancel_done);
+    hwt_timeout_release(moved_cancel_c);
+    hwt_timeout_release(moved_cancel_y);
+    hwt_timer_destroy(t);
+    assert_true(done);
+    assert_true(both);
+    if (atomic_load(&cancelled_seq) > atomic_load(&run_seq))
+        fail_msg("a timeout moved into a tick already processed ran before the cancelled "
+                 "callback of a cancel made before that tick ended");
+}
+
 /* ------------------------------------------------------- many cancels */
 
 #define MANY 10000
@@ -787,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_cancel_from_task_same_tick),
         cmocka_unit_test(test_cancelled_callbacks_in_cancel_order),
         cmocka_unit_test(test_a_cancel_before_a_tick_is_processed_before_its_tasks),
+        cmocka_unit_test(test_a_cancel_before_a_moved_timeouts_tick_is_processed_first),
         cmocka_unit_test(test_many_cancels),
         cmocka_unit_test(test_concurrent_cancels_one_winner),
         cmocka_unit_test(test_cancel_near_deadline_never_runs),
