@@ -244,8 +244,10 @@ HWT_EXTERN int hwt_timer_start(hwt_timer *timer);
  * once, for its lifetime), HWT_ESYS (the worker thread, or the thread key
  * of the calling thread's timeout cache, could not be had). Lock-free on the
  * hot path (a short lock once per 64 timeouts at most, to refill the
- * thread's cache); never blocks except the first call, which waits for the
- * worker to start.
+ * thread's cache). Never waits for the worker, except the first call, which
+ * waits for it to start; a call that maps a new region of timeouts may wait
+ * while the kernel fills it, or another thread of the process fills one
+ * (they take turns): milliseconds at worst, also in a task.
  * Any thread, including tasks on the worker. */
 HWT_EXTERN int hwt_new_timeout(hwt_timer *timer, hwt_task_fn run, void *arg, int64_t delay,
                                hwt_unit unit, hwt_timeout **timeout);
@@ -331,16 +333,15 @@ HWT_EXTERN bool hwt_timeout_cancel(hwt_timeout *timeout);
 /* Moves a pending timeout's deadline to `delay` `unit`s from now (since 1.1):
  * true if it was pending and now waits for the new deadline (Netty's rules
  * apply to it: never before it, nominally within a tick after it); false if
- * it had already expired, been cancelled or stopped, or timeout is NULL -
- * nothing changed. Same delay rules as hwt_new_timeout (saturating, zero or
+ * it had already expired, been cancelled or stopped, or timeout is NULL or
+ * unit invalid - nothing changed. Same delay rules as hwt_new_timeout (saturating, zero or
  * negative = next tick). It races expiry, cancel, stop and other reschedules
  * like any state change: whichever wins decides; after a true result the task
  * never runs before the new deadline; concurrent reschedules leave it due at
  * one of the requested deadlines. The pending count does not change.
  * A timeout stays one-shot: from its own task it is already expired (false);
  * a periodic task schedules its next timeout instead.
- * Moving a deadline later costs a clock read and two compare-and-swaps on one
- * cache line; the worker files the timeout again when its old slot comes due
+ * Moving a deadline later costs a clock read and one compare-and-swap; the worker files the timeout again when its old slot comes due
  * (at most once per time it does). Moving it earlier also queues it for the
  * worker, as a cancel does. Lock-free, no allocation, never blocks - but for a
  * 64th call moving one timeout earlier while 63 others are each preempted
