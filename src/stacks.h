@@ -38,6 +38,8 @@
 
 #include <ck_stack.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* ck's fences follow the memory model its ck_md.h names, which is per
  * architecture. A cross build that finds the host's x86-64 ck_md.h (TSO)
@@ -48,8 +50,6 @@
 #if defined(__aarch64__) && !defined(CK_MD_RMO)
 #error "ck_md.h is not arm64's (CK_MD_RMO): build against the target's ConcurrencyKit headers"
 #endif
-#include <stddef.h>
-#include <stdint.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define HWT_TSAN 1
