@@ -198,9 +198,9 @@ typedef struct hwt_options {
     void *executor_ctx;
     /* NULL: warnings and errors go to stderr, debug and info are dropped.
      * Called from the thread that hit the condition (creator, worker, producer).
-     * It may call the library; a message raised on a thread that is inside a
-     * log callback goes to stderr instead, so that a callback that destroys the
-     * timer on an error cannot call itself again and again. */
+     * It may call the library; a message for a timer whose callback is already
+     * running on the same thread goes to stderr instead, so that a callback
+     * that destroys the timer on an error cannot call itself again and again. */
     void (*log)(void *ctx, hwt_log_level level, const char *message);
     void *log_ctx;
     HWT_EXTENSION union {

@@ -530,6 +530,58 @@ static void test_a_log_callback_that_destroys_on_error_is_called_once(void **sta
     hwt_timer_destroy(destroying_log.timer);
 }
 
+/* A timer created inside another timer's log callback still warns through
+ * its own: X's callback, called for X's raised tick at create, creates Y
+ * with a tick below the mode's minimum too. */
+static struct {
+    hwt_timer *y;
+    atomic_int x_calls, y_warnings;
+} nested_log;
+
+static void y_counts_warnings(void *ctx, hwt_log_level level, const char *message)
+{
+    (void)ctx;
+    (void)message;
+    if (level == HWT_LOG_WARN)
+        atomic_fetch_add(&nested_log.y_warnings, 1);
+}
+
+static void raised_tick_options(hwt_options *o, void (*log)(void *, hwt_log_level, const char *))
+{
+    hwt_options_init(o);
+    o->tick_duration = 1;
+    o->tick_unit = HWT_MICROSECONDS;
+    o->sleep_mode = HWT_SLEEP_MILLIS; /* raised to 1 ms, with a warning */
+    o->log = log;
+}
+
+static void x_creates_y(void *ctx, hwt_log_level level, const char *message)
+{
+    (void)ctx;
+    (void)level;
+    (void)message;
+    if (atomic_fetch_add(&nested_log.x_calls, 1) != 0)
+        return;
+    hwt_options o;
+    raised_tick_options(&o, y_counts_warnings);
+    if (hwt_timer_create(&nested_log.y, &o) != 0)
+        nested_log.y = NULL;
+}
+
+static void test_a_timer_created_in_a_log_callback_logs_through_its_own(void **state)
+{
+    (void)state;
+    memset(&nested_log, 0, sizeof nested_log);
+    hwt_options o;
+    raised_tick_options(&o, x_creates_y);
+    hwt_timer *x = hwtt_timer_opts(&o);
+    assert_non_null(nested_log.y);
+    assert_int_equal(atomic_load(&nested_log.x_calls), 1);
+    assert_int_equal(atomic_load(&nested_log.y_warnings), 1);
+    hwt_timer_destroy(nested_log.y);
+    hwt_timer_destroy(x);
+}
+
 typedef struct stopper {
     hwt_timer *t;
     pthread_barrier_t *bar;
@@ -889,6 +941,7 @@ int main(void)
         cmocka_unit_test(test_workers_stopping_each_other_do_not_hang),
         cmocka_unit_test(test_destroy_from_task_logs_and_does_nothing),
         cmocka_unit_test(test_a_log_callback_that_destroys_on_error_is_called_once),
+        cmocka_unit_test(test_a_timer_created_in_a_log_callback_logs_through_its_own),
         cmocka_unit_test(test_concurrent_stops),
         cmocka_unit_test(test_destroy_drops_pending),
         cmocka_unit_test(test_stop_null_null_drops_pending),
