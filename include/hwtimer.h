@@ -365,11 +365,11 @@ HWT_EXTERN void *hwt_timeout_arg(const hwt_timeout *timeout);
 
 /* For executors: runs the task of a timeout the worker handed to the executor,
  * then gives up the executor's reference (also when the task ends the thread:
- * pthread_exit, or a cancellation acted on). A timeout not handed to an executor,
- * a second call, or NULL: does nothing. Any thread, once per hand-over, by
- * the executor only: an executor that releases a hand-over instead of running
- * it must not let it be run later (the run would give up a reference that is
- * no longer the executor's). */
+ * pthread_exit, or a cancellation acted on; or a C++ exception leaves it).
+ * A timeout not handed to an executor, a second call, or NULL: does nothing.
+ * Any thread, once per hand-over, by the executor only: an executor that
+ * releases a hand-over instead of running it must not let it be run later
+ * (the run would give up a reference that is no longer the executor's). */
 HWT_EXTERN void hwt_timeout_run(hwt_timeout *timeout);
 
 /* Gives up one reference (from hwt_new_timeout*, hwt_stop's list, or an

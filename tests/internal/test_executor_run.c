@@ -4,9 +4,12 @@
  * (pthread_exit, or a pthread_cancel acted on at a cancellation point):
  * otherwise the timeout, and the timer with it, would never be freed. The
  * references are read inside the timeout (internal.h), as nothing public
- * shows them.
+ * shows them. A task that leaves hwt_timeout_run another way (a C++
+ * exception, longjmp) leaves nothing behind in its thread: the thread may
+ * still end with pthread_exit.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <string.h>
 
 #include "helpers.h"
@@ -48,9 +51,27 @@ static void *run_handed(void *arg)
     return (void *)1; /* not reached: the task ends the thread */
 }
 
-/* Schedules `task` with a handle, runs it on a thread of its own as the
- * executor, and checks that only the handle's reference is left. */
-static void check_run_ending_its_thread(hwt_task_fn task)
+/* Leaves hwt_timeout_run by longjmp, then ends the thread with pthread_exit,
+ * whose unwinding runs every cleanup still registered in the thread. */
+static _Thread_local jmp_buf out_of_the_task;
+
+static void jump_out(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    (void)arg;
+    atomic_store(&task_started, 1);
+    longjmp(out_of_the_task, 1);
+}
+
+static void *run_then_exit(void *arg)
+{
+    if (setjmp(out_of_the_task) == 0)
+        hwt_timeout_run(arg);
+    pthread_exit((void *)2);
+}
+
+/* Schedules `task` with a handle and hands it to the executor. */
+static hwt_timer *handed_over(hwt_task_fn task, hwt_timeout **handle)
 {
     memset(&executor, 0, sizeof executor);
     atomic_store(&task_started, 0);
@@ -59,11 +80,18 @@ static void check_run_ending_its_thread(hwt_task_fn task)
     o.tick_duration = 1;
     o.executor = keep;
     hwt_timer *timer = hwtt_timer_opts(&o);
-    hwt_timeout *handle;
-    assert_int_equal(hwt_new_timeout(timer, task, NULL, 0, HWT_MILLISECONDS, &handle), 0);
+    assert_int_equal(hwt_new_timeout(timer, task, NULL, 0, HWT_MILLISECONDS, handle), 0);
     assert_true(hwtt_wait_until(atomic_load(&executor.handed) != NULL, 5000));
-    assert_ptr_equal(atomic_load(&executor.handed), handle);
+    assert_ptr_equal(atomic_load(&executor.handed), *handle);
+    return timer;
+}
 
+/* Runs `task` on a thread of its own as the executor, and checks that only
+ * the handle's reference is left. */
+static void check_run_ending_its_thread(hwt_task_fn task)
+{
+    hwt_timeout *handle;
+    hwt_timer *timer = handed_over(task, &handle);
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, run_handed, handle), 0);
     void *result = NULL;
@@ -87,11 +115,32 @@ static void test_a_task_that_exits_its_thread_gives_the_reference_back(void **st
     check_run_ending_its_thread(exit_own_thread);
 }
 
+/* The thread survives its task's longjmp and ends with pthread_exit. The
+ * executor's reference is lost that way (no cleanup runs): the test gives
+ * it back itself. */
+static void test_a_task_that_jumps_out_leaves_its_thread_whole(void **state)
+{
+    (void)state;
+    hwt_timeout *handle;
+    hwt_timer *timer = handed_over(jump_out, &handle);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, run_then_exit, handle), 0);
+    void *result = NULL;
+    assert_int_equal(pthread_join(thread, &result), 0);
+    assert_int_equal(atomic_load(&task_started), 1);
+    assert_ptr_equal(result, (void *)2);
+    assert_int_equal(atomic_load(&handle->refs), 2);
+    hwt_timeout_release(handle); /* the executor's */
+    hwt_timeout_release(handle);
+    hwt_timer_destroy(timer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_task_that_cancels_its_thread_gives_the_reference_back),
         cmocka_unit_test(test_a_task_that_exits_its_thread_gives_the_reference_back),
+        cmocka_unit_test(test_a_task_that_jumps_out_leaves_its_thread_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
