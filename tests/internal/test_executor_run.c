@@ -86,18 +86,26 @@ static hwt_timer *handed_over(hwt_task_fn task, hwt_timeout **handle)
     return timer;
 }
 
+/* Runs the handed-over timeout through `body` on a thread of its own, as
+ * the executor would; returns what the thread ended with, once its task
+ * has started. */
+static void *run_on_a_thread(void *(*body)(void *), hwt_timeout *handle)
+{
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, body, handle), 0);
+    void *result = NULL;
+    assert_int_equal(pthread_join(thread, &result), 0);
+    assert_int_equal(atomic_load(&task_started), 1);
+    return result;
+}
+
 /* Runs `task` on a thread of its own as the executor, and checks that only
  * the handle's reference is left. */
 static void check_run_ending_its_thread(hwt_task_fn task)
 {
     hwt_timeout *handle;
     hwt_timer *timer = handed_over(task, &handle);
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, run_handed, handle), 0);
-    void *result = NULL;
-    assert_int_equal(pthread_join(thread, &result), 0);
-    assert_int_equal(atomic_load(&task_started), 1);
-    assert_true(result != (void *)1);
+    assert_true(run_on_a_thread(run_handed, handle) != (void *)1);
     assert_int_equal(atomic_load(&handle->refs), 1); /* the handle's alone */
     hwt_timeout_release(handle);
     hwt_timer_destroy(timer);
@@ -123,12 +131,7 @@ static void test_a_task_that_jumps_out_leaves_its_thread_whole(void **state)
     (void)state;
     hwt_timeout *handle;
     hwt_timer *timer = handed_over(jump_out, &handle);
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, run_then_exit, handle), 0);
-    void *result = NULL;
-    assert_int_equal(pthread_join(thread, &result), 0);
-    assert_int_equal(atomic_load(&task_started), 1);
-    assert_ptr_equal(result, (void *)2);
+    assert_ptr_equal(run_on_a_thread(run_then_exit, handle), (void *)2);
     assert_int_equal(atomic_load(&handle->refs), 2);
     hwt_timeout_release(handle); /* the executor's */
     hwt_timeout_release(handle);
