@@ -13,7 +13,9 @@
  * cancel_own (each thread cancels the timeouts it scheduled itself; in
  * cancel, other threads do). touch and touch_early (issue 17): each thread
  * moves the deadlines of a ring of pending timeouts with
- * hwt_timeout_reschedule (see touch_ring).
+ * hwt_timeout_reschedule (see touch_ring). release_shuffled: threads
+ * release a burst's ended handles in random order, then stay idle (what
+ * their caches keep mapped; see w_release_shuffled).
  * Each run prints exactly one line on stdout,
  *
  *   hwtimer WORKLOAD key=value key=value ...
@@ -29,7 +31,8 @@
  *   seconds=   measuring window, idle and hold [5]
  *   span_ms=   delays uniform in [0, span_ms), expire and precision
  *                                              [expire 2000; precision 1000]
- *   settle_ms= wait before measuring, hold and memory [hold 1000; memory 1500]
+ *   settle_ms= wait before measuring, hold, memory and release_shuffled
+ *                                              [1000; memory 1500]
  *   wait_ms=   wait between scheduling and cancelling, cancel [200]
  *   ring=      handles per thread, churn       [1000]
  *   quiet_ms=  how long the worker's CPU clock must stand still before its
@@ -547,6 +550,60 @@ static void w_schedule_warm(const struct bench_config *c)
               (double)(done.at_ns - end) / 1e6, pending);
 }
 
+/* release_shuffled: the same threads schedule n (handles kept) and cancel
+ * them; once the worker has let go of them (the handles then hold the
+ * last references, so the releases free on the releasing threads), each
+ * thread releases its handles in random order, timed (connections that
+ * close in any order). Then the threads stay alive and idle while the
+ * resident memory is read, settle_ms later: what their caches keep. */
+static void w_release_shuffled(const struct bench_config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = bench_xmalloc(ph.n * sizeof *delays);
+    for (size_t i = 0; i < ph.n; i++)
+        delays[i] = 3600 * S_NS;
+    ph.delays = delays;
+    ph.handles = bench_xmalloc(ph.n * sizeof *ph.handles);
+    bench_prefault(ph.handles, ph.n * sizeof *ph.handles);
+    pid_t wtid = worker_tid();
+    struct bench_team tm;
+    team_start(&tm, &ph);
+    int64_t rss0 = bench_rss_bytes();
+    team_phase(&tm, schedule_handles);
+    team_phase(&tm, cancel_handles);
+    settle(c, timer, wtid, 0, 1);
+    /* Each thread's handles (i = self mod threads) shuffled among themselves. */
+    uint64_t x = (uint64_t)c->seed * 0x9e3779b97f4a7c15u + 1;
+    for (size_t self = 0; self < ph.threads; self++) {
+        size_t k = (ph.n - self + ph.threads - 1) / ph.threads;
+        for (size_t i = k - 1; i > 0; i--) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t j = x % (i + 1);
+            hwt_timeout **a = &ph.handles[self + i * ph.threads];
+            hwt_timeout **b = &ph.handles[self + j * ph.threads];
+            hwt_timeout *t = *a;
+            *a = *b;
+            *b = t;
+        }
+    }
+
+    int64_t cpu0 = bench_proc_cpu_ns();
+    int64_t wall = team_phase(&tm, release_handles);
+    int64_t cpu1 = bench_proc_cpu_ns();
+    bench_sleep_ns(c->settle_ms * MS_NS);
+    int64_t rss1 = bench_rss_bytes();
+    bench_team_stop(&tm);
+    hwt_timer_destroy(timer);
+    free(ph.handles);
+    free(delays);
+
+    bench_put_params("hwtimer", c);
+    bench_put(" ns_per_op=%.1f cpu_ns_per_op=%.1f rss_kept_kb=%" PRId64, per(wall, ph.n),
+              per(cpu1 - cpu0, ph.n), (rss1 - rss0) / 1024);
+}
+
 /* cancel: P threads schedule, P other threads cancel (thread i the
  * timeouts i, i + P, ...); cancel_own (own = 1): each of P threads cancels
  * the timeouts it scheduled itself. */
@@ -956,6 +1013,7 @@ static const struct {
     {"memory", w_memory},
     {"jitter", w_jitter},
     {"schedule_warm", w_schedule_warm},
+    {"release_shuffled", w_release_shuffled},
     {"cancel_own", w_cancel_own},
     {"touch", w_touch},
     {"touch_early", w_touch_early},
@@ -966,7 +1024,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
             "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
-            "           hold memory jitter touch touch_early\n"
+            "           hold memory jitter touch touch_early release_shuffled\n"
             "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
             "      dump\n");
 }

@@ -40,9 +40,12 @@
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
  * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
- * timer at a time. Each cached timeout keeps its region mapped: one or two
- * regions when timeouts are freed in the order they were allocated, up to
- * one per cached timeout when freed in random order. A thread that frees
+ * timer at a time. Each cached timeout keeps its region mapped, so the
+ * freed ones a thread other than the worker caches are of at most
+ * CACHE_REGIONS regions (a free from one more gives its magazines back
+ * first): a burst released in random order would otherwise leave a region
+ * per cached timeout mapped behind a thread that then calls nothing. A
+ * thread that frees
  * about as much as it takes (one timeout at a time, say) reuses the same
  * few and keeps the others, so it gives all it holds back (the rest of its
  * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
@@ -145,9 +148,19 @@ struct hwt__region {
     struct hwt__region *gone; /* in a list of regions to unmap once the lock is dropped */
 };
 
+/* The most regions the freed timeouts in a thread's cache may be of (see
+ * hwt__timeout_free): what an idle thread keeps mapped, beside its run of
+ * never-used ones. A free from one more gives the magazines back first:
+ * one lock per few frees of a burst released in random order. */
+#define CACHE_REGIONS 4
+
 struct thread_cache {
     hwt_timer *timer;
     struct mag loaded, spare;
+    /* The regions of the freed timeouts in loaded and spare (or of some
+     * allocated since), for any thread but the worker: hwt__timeout_free. */
+    struct hwt__region *regions[CACHE_REGIONS];
+    unsigned region_count;
     /* Never-used timeouts, consecutive in memory, taken in order. */
     hwt_timeout *fresh;
     size_t fresh_count;
@@ -719,6 +732,7 @@ static size_t put_cache_locked(struct hwt__pool *pool, struct thread_cache *c,
     put_mag_locked(pool, c->loaded, gone);
     put_mag_locked(pool, c->spare, gone);
     c->loaded = c->spare = (struct mag){NULL, 0, NULL};
+    c->region_count = 0;
     put_locked(pool, run, gone);
     return n;
 }
@@ -813,11 +827,11 @@ static int bind(hwt_timer *timer)
 /* Gives what the calling thread's cache (bound to `timer`) holds back to
  * the depot; it stays bound. The worker, should it be the caller, plans a
  * trim before it sleeps (hwt__pool_give_back_freed). */
-static void give_back_cached(hwt_timer *timer, struct thread_cache *c)
+static void give_back_cached(hwt_timer *timer, struct thread_cache *c, bool with_run)
 {
     struct hwt__region *gone = NULL;
-    size_t run_count = c->fresh_count;
-    ck_stack_entry_t *run = unhook_run(c);
+    size_t run_count = with_run ? c->fresh_count : 0;
+    ck_stack_entry_t *run = with_run ? unhook_run(c) : NULL;
     pthread_mutex_lock(&timer->pool.lock);
     size_t returned = put_cache_locked(&timer->pool, c, run, run_count, &gone);
     bool kick = trim_wanted_locked(timer);
@@ -877,7 +891,7 @@ static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t n
         return;
     c->given_back_ns = now;
     if (c->loaded.count + c->spare.count + c->fresh_count > 0)
-        give_back_cached(timer, c);
+        give_back_cached(timer, c, true);
 }
 
 /* Counts a free into the calling thread's cache: every few it looks at the
@@ -958,8 +972,11 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
         char *chunk = chunk_out(timer, got.fresh_region, got.fresh_chunk);
         c->fresh = (hwt_timeout *)(chunk + HWT_CHUNK_HEADER_BYTES);
         c->fresh_count = got.mag.count;
+        c->region_count = 0; /* no freed ones */
     } else {
         c->loaded = got.mag;
+        c->regions[0] = got.mag.region; /* the depot's magazines are of one region */
+        c->region_count = 1;
     }
     if (ahead)
         grow_ahead(timer, c);
@@ -999,6 +1016,14 @@ int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no
     return 0;
 }
 
+static bool holds_region(const struct thread_cache *c, const struct hwt__region *r)
+{
+    for (unsigned i = 0; i < c->region_count; i++)
+        if (c->regions[i] == r)
+            return true;
+    return false;
+}
+
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
 {
     ck_stack_entry_t *node = &timeout->stack_link;
@@ -1022,6 +1047,17 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
     /* The chunk header was just read (hwt__timer_of): noting the region
      * costs no miss, and lets a magazine of one region go back whole. */
     struct hwt__region *r = hwt__chunk_of(timeout)->region;
+    if (hwt__current_worker != timer && !holds_region(c, r)) {
+        /* Any thread but the worker keeps the freed timeouts it caches to
+         * CACHE_REGIONS regions: it may go idle, calling nothing, right
+         * after its last free, and keep its cache for as long as it lives,
+         * so its cache must not keep a region mapped per timeout (a burst
+         * released in random order). The worker gives its cache back
+         * before each sleep, and frees cancels in whatever order they come. */
+        if (c->region_count == CACHE_REGIONS)
+            give_back_cached(timer, c, false);
+        c->regions[c->region_count++] = r;
+    }
     if (m->count == 0)
         m->region = r;
     else if (m->region != r)
