@@ -15,7 +15,8 @@
  * moves the deadlines of a ring of pending timeouts with
  * hwt_timeout_reschedule (see touch_ring). release_shuffled: threads
  * release a burst's ended handles in random order, then stay idle (what
- * their caches keep mapped; see w_release_shuffled).
+ * their caches keep mapped; see w_release_shuffled). schedule_two_timers:
+ * as schedule, each thread alternating between two timers.
  * Each run prints exactly one line on stdout,
  *
  *   hwtimer WORKLOAD key=value key=value ...
@@ -550,6 +551,41 @@ static void w_schedule_warm(const struct bench_config *c)
               (double)(done.at_ns - end) / 1e6, pending);
 }
 
+/* schedule_two_timers: as schedule, but each thread alternates between two
+ * timers (a server with one timer for request timeouts and another for
+ * idle connections, say): what a thread pays for using more than one.
+ * Wall time, and the process's CPU time during the phase only (the
+ * workers' moving is not waited for: phase_cpu_ns_per_op). */
+static hwt_timer *second_timer;
+
+static void schedule_noop_two_timers(struct phase *ph, size_t self)
+{
+    size_t k = 0;
+    for (size_t i = self; i < ph->n; i += ph->threads, k++)
+        check(hwt_new_timeout(k & 1 ? second_timer : ph->timer, noop, NULL, ph->delays[i],
+                              HWT_NANOSECONDS, NULL),
+              "hwt_new_timeout");
+}
+
+static void w_schedule_two_timers(const struct bench_config *c)
+{
+    hwt_timer *timer = start_timer(c);
+    second_timer = start_timer(c);
+    struct phase ph;
+    init_phase(&ph, c, timer);
+    int64_t *delays = bench_uniform_delays(ph.n, 10 * S_NS, 70 * S_NS, c->seed);
+    ph.delays = delays;
+    int64_t cpu0 = bench_proc_cpu_ns();
+    int64_t wall = run_phase(&ph, schedule_noop_two_timers);
+    int64_t cpu1 = bench_proc_cpu_ns();
+    hwt_timer_destroy(timer);
+    hwt_timer_destroy(second_timer);
+    free(delays);
+
+    bench_put_params("hwtimer", c);
+    bench_put(" ns_per_op=%.1f phase_cpu_ns_per_op=%.1f", per(wall, ph.n), per(cpu1 - cpu0, ph.n));
+}
+
 /* release_shuffled: the same threads schedule n (handles kept) and cancel
  * them; once the worker has let go of them (the handles then hold the
  * last references, so the releases free on the releasing threads), each
@@ -1014,6 +1050,7 @@ static const struct {
     {"jitter", w_jitter},
     {"schedule_warm", w_schedule_warm},
     {"release_shuffled", w_release_shuffled},
+    {"schedule_two_timers", w_schedule_two_timers},
     {"cancel_own", w_cancel_own},
     {"touch", w_touch},
     {"touch_early", w_touch_early},
@@ -1025,6 +1062,7 @@ static void usage(FILE *f)
             "usage: hwt-bench WORKLOAD [key=value ...]   (or: hwt-bench version)\n"
             "workloads: schedule schedule_warm cancel cancel_own churn expire precision idle\n"
             "           hold memory jitter touch touch_early release_shuffled\n"
+            "           schedule_two_timers\n"
             "keys: n threads tick_us wheel seconds span_ms settle_ms wait_ms ring quiet_ms seed\n"
             "      dump\n");
 }

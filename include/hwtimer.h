@@ -302,11 +302,13 @@ HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *co
 /* Stops the timer if needed (as hwt_stop(timer, NULL, NULL)) and gives up the
  * creator's reference. The timer's memory lives on until the last timeout
  * reference is released, and until every other thread that scheduled on it
- * has exited or scheduled on another timer (each keeps a cache of up to a few
- * hundred of its timeouts; the calling thread's is given back here). From the timer's own worker (a task) it logs an error
- * and does nothing - the timer stays alive, so destroy it from another thread.
- * The same where hwt_stop() would return HWT_EDEADLK (a cycle of workers).
- * NULL does nothing. Any thread but the worker; once per timer. */
+ * has exited or scheduled on four other timers since (each keeps a cache of
+ * up to a few hundred timeouts for each of the last four timers it scheduled
+ * on; the calling thread's is given back here). From the timer's own
+ * worker (a task) it logs an error and does nothing - the timer stays
+ * alive, so destroy it from another thread. The same where hwt_stop() would
+ * return HWT_EDEADLK (a cycle of workers). NULL does nothing. Any thread but
+ * the worker; once per timer. */
 HWT_EXTERN void hwt_timer_destroy(hwt_timer *timer);
 
 /* Timeouts scheduled and not yet run, cancelled or stopped. Goes down the

@@ -3,7 +3,8 @@
  *
  * Three layers, as in Bonwick's slab allocator with magazines:
  *
- *   thread caches  per thread, for the one timer it used last: two
+ *   thread caches  per thread, one for each of the last CACHE_TIMERS (4)
+ *                  timers it allocated from (see there): two
  *                  magazines (chains of up to MAG_SIZE freed timeouts,
  *                  linked through stack_link: "loaded" to allocate from and
  *                  free to, "spare") and the rest of one never-used chunk,
@@ -11,7 +12,8 @@
  *                  each). No lock and no atomic: most allocations and frees
  *                  end here. A cache is bound by allocating (and by the
  *                  worker, to its own timer, at start); a thread gives it
- *                  back when it allocates from another timer, when it exits
+ *                  back when it allocates from a fifth timer (the cache it
+ *                  bound longest ago), when it exits
  *                  (a pthread key destructor), or when it destroys the
  *                  timer. Freeing never binds: a thread that only releases
  *                  handles holds nothing.
@@ -39,8 +41,8 @@
  *                  handed out.
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
- * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for one
- * timer at a time. Each cached timeout keeps its region mapped, so the
+ * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for each
+ * of up to CACHE_TIMERS timers. Each cached timeout keeps its region mapped, so the
  * freed ones a thread other than the worker caches are of at most
  * CACHE_REGIONS regions (a free from one more gives its magazines back
  * first): a burst released in random order would otherwise leave a region
@@ -171,7 +173,25 @@ struct thread_cache {
     int64_t given_back_ns;   /* when it last gave what it holds back */
 };
 
-static HWT_THREAD_LOCAL struct thread_cache cache;
+/* Timers a thread caches timeouts of at once: a thread that schedules on
+ * two (say request timeouts on one, idle connections on another) keeps a
+ * cache for each instead of giving one back and binding the other at
+ * every switch (a flush chains the rest of its chunk, up to 409 writes: a
+ * schedule alternating between two timers took 5 times as long). A thread
+ * that turns to one more gives back the cache it bound longest ago. */
+#define CACHE_TIMERS 4
+
+static HWT_THREAD_LOCAL struct thread_cache caches[CACHE_TIMERS];
+static HWT_THREAD_LOCAL unsigned bound_count; /* binds so far: the next slot to take, mod */
+
+/* The calling thread's cache bound to `timer`, or NULL. */
+static struct thread_cache *cache_of(const hwt_timer *timer)
+{
+    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+        if (caches[i].timer == timer)
+            return &caches[i];
+    return NULL;
+}
 
 /* A free timeout links into its magazine through stack_link; the first one
  * of a magazine in a region's `mags` also heads it: depot_link, and
@@ -204,7 +224,7 @@ static size_t timeouts_in_region(size_t region_bytes)
  * allocated them take from the depot again) that make the depot busy: a
  * churn allocates thousands. A light load allocates a few, however often
  * its caches go back and forth - the worker gives its cache back before
- * each sleep, a thread when it turns to another timer or once a second -
+ * each sleep, a thread when it turns to a fifth timer or once a second -
  * and keeps nothing beyond the reserve. */
 #define BUSY_ALLOCATED (16 * MAG_SIZE)
 /* The coarse clock runs up to a scheduler tick behind: a trim planned for
@@ -772,9 +792,11 @@ static pthread_key_t cache_key;
 static atomic_bool cache_key_made;
 static pthread_mutex_t cache_key_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void flush_at_thread_exit(void *c)
+static void flush_at_thread_exit(void *all)
 {
-    flush(c);
+    struct thread_cache *c = all;
+    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+        flush(&c[i]);
 }
 
 /* 0 or the error of pthread_key_create. */
@@ -793,33 +815,42 @@ static int have_cache_key(void)
     return err;
 }
 
-/* Binds the calling thread's cache to `timer`: 0, or, with nothing changed,
- * the error number when the thread-exit destructor cannot be armed (the
- * cache would then keep the timer's memory forever once the thread exits).
- * Not logged here: the caller may be in the middle of a schedule that a
- * stop waits for, and the log callback may stop the timer or schedule. */
-static int bind(hwt_timer *timer)
+/* Binds a cache of the calling thread to `timer` (*out): 0, or, with
+ * nothing changed, the error number when the thread-exit destructor cannot
+ * be armed (the cache would then keep the timer's memory forever once the
+ * thread exits). A free slot if there is one, else the one bound longest
+ * ago, given back first. Not logged here: the caller may be in the middle
+ * of a schedule that a stop waits for, and the log callback may stop the
+ * timer or schedule. */
+static int bind(hwt_timer *timer, struct thread_cache **out)
 {
-    struct thread_cache *c = &cache;
-    if (c->timer == timer)
+    struct thread_cache *c = cache_of(timer);
+    if (c != NULL) {
+        *out = c;
         return 0;
-    if (c->timer == NULL) {
-        /* Armed afresh each time: the destructor disarms it, and a later
-         * destructor of the same exiting thread may schedule again. */
+    }
+    c = cache_of(NULL);
+    if (c != NULL) {
+        /* Armed afresh at each bind into a free slot: the destructor
+         * disarms it, and a later destructor of the same exiting thread
+         * may schedule again. */
         int err = have_cache_key();
         if (err == 0)
-            err = pthread_setspecific(cache_key, c);
+            err = pthread_setspecific(cache_key, caches);
         if (err != 0)
             return err;
     } else {
+        c = &caches[bound_count % CACHE_TIMERS];
         flush(c);
     }
+    bound_count++;
+    *out = c;
     c->timer = timer;
     c->frees_to_check = CACHE_CHECK_FREES;
     c->given_back_ns = c->took_ns = coarse_now_ns();
     /* The binding's own reference: a cache that allocation has emptied
      * still points at the timer, and its flush (at thread exit, or when the
-     * thread turns to another timer) locks the timer's pool. */
+     * thread turns to a fifth timer) locks the timer's pool. */
     hwt__timer_ref_n(timer, 1);
     return 0;
 }
@@ -844,23 +875,22 @@ static void give_back_cached(hwt_timer *timer, struct thread_cache *c, bool with
 
 int64_t hwt__pool_give_back_freed(hwt_timer *timer)
 {
-    struct thread_cache *c = &cache;
-    if (c->timer != timer) {
-        /* A task scheduled on another timer: that timer gets its cache back
-         * now (the worker may sleep for long). Then, or if a stop or destroy
-         * of that timer left the cache unbound, the worker binds to its own
-         * again (failing, its frees go straight to the depot until the next
-         * sleep tries again). */
-        if (c->timer != NULL)
-            flush(c);
-        (void)bind(timer);
-    }
+    /* Tasks that scheduled on other timers: those timers get their caches
+     * back now (the worker may sleep for long). Then, or if a stop or
+     * destroy of its own timer left it unbound, the worker binds to its own
+     * again (failing, its frees go straight to the depot until the next
+     * sleep tries again). */
+    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+        if (caches[i].timer != timer)
+            flush(&caches[i]);
+    struct thread_cache *c = NULL;
+    (void)bind(timer, &c);
     struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
-    size_t returned = 0, run_count = c->timer == timer ? c->fresh_count : 0;
+    size_t returned = 0, run_count = c != NULL ? c->fresh_count : 0;
     ck_stack_entry_t *run = run_count > 0 ? unhook_run(c) : NULL;
     pthread_mutex_lock(&pool->lock);
-    if (c->timer == timer)
+    if (c != NULL)
         returned = put_cache_locked(pool, c, run, run_count, &gone);
     trim_idle(pool, &gone);
     int64_t trim_at = next_trim_locked(pool);
@@ -908,20 +938,22 @@ static void count_free(hwt_timer *timer, struct thread_cache *c)
 
 void hwt__pool_note_call(hwt_timer *timer)
 {
-    struct thread_cache *c = &cache;
-    if (c->timer == timer)
+    struct thread_cache *c = cache_of(timer);
+    if (c != NULL)
         give_back_if_due(timer, c, coarse_now_ns());
 }
 
 void hwt__pool_forget_thread(hwt_timer *timer)
 {
-    if (cache.timer == timer)
-        flush(&cache);
+    struct thread_cache *c = cache_of(timer);
+    if (c != NULL)
+        flush(c);
 }
 
 void hwt__pool_after_fork_in_child(void)
 {
-    memset(&cache, 0, sizeof cache);
+    memset(caches, 0, sizeof caches);
+    bound_count = 0;
     /* Another thread of the parent may have held it at the fork: it is
      * gone, and the child's first timer must still get its key. */
     pthread_mutex_init(&cache_key_lock, NULL);
@@ -929,12 +961,13 @@ void hwt__pool_after_fork_in_child(void)
 
 int hwt__pool_bind_thread(hwt_timer *timer)
 {
-    return bind(timer);
+    struct thread_cache *c;
+    return bind(timer, &c);
 }
 
 bool hwt__pool_thread_bound(const hwt_timer *timer)
 {
-    return cache.timer == timer;
+    return cache_of(timer) != NULL;
 }
 
 void hwt__pool_log_no_key(const hwt_timer *timer, int err)
@@ -944,8 +977,8 @@ void hwt__pool_log_no_key(const hwt_timer *timer, int err)
 
 size_t hwt__pool_thread_cached(hwt_timer *timer)
 {
-    const struct thread_cache *c = &cache;
-    return c->timer == timer ? c->loaded.count + c->spare.count + c->fresh_count : 0;
+    const struct thread_cache *c = cache_of(timer);
+    return c != NULL ? c->loaded.count + c->spare.count + c->fresh_count : 0;
 }
 
 /* Fills the empty cache from the depot, or from a new region. */
@@ -985,8 +1018,8 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 
 int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no_key)
 {
-    struct thread_cache *c = &cache;
-    if (c->timer != timer && (*no_key = bind(timer)) != 0)
+    struct thread_cache *c = cache_of(timer);
+    if (c == NULL && (*no_key = bind(timer, &c)) != 0)
         return HWT_ESYS;
     give_back_if_due(timer, c, now);
     struct mag *m = &c->loaded;
@@ -1027,8 +1060,8 @@ static bool holds_region(const struct thread_cache *c, const struct hwt__region 
 void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
 {
     ck_stack_entry_t *node = &timeout->stack_link;
-    struct thread_cache *c = &cache;
-    if (c->timer != timer) {
+    struct thread_cache *c = cache_of(timer);
+    if (c == NULL) {
         /* Only allocating binds a cache (and the worker, for its own timer):
          * binding here could pin a destroyed timer's memory to a thread that
          * merely released its last handle. Straight back to the depot. */
