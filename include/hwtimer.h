@@ -302,9 +302,11 @@ HWT_EXTERN int hwt_stop(hwt_timer *timer, hwt_timeout ***unprocessed, size_t *co
 /* Stops the timer if needed (as hwt_stop(timer, NULL, NULL)) and gives up the
  * creator's reference. The timer's memory lives on until the last timeout
  * reference is released, and until every other thread that scheduled on it
- * has exited or scheduled on four other timers since (each keeps a cache of
- * up to a few hundred timeouts for each of the last four timers it scheduled
- * on; the calling thread's is given back here). From the timer's own
+ * (or ran its timeouts as an executor) has let go of its cache of it: at its
+ * exit, at its next call on any timer a second or so after the stop, or
+ * after scheduling on eight other timers (each thread keeps a cache of up to
+ * a few hundred timeouts for each of the last eight timers it used; the
+ * calling thread's is given back here). From the timer's own
  * worker (a task) it logs an error and does nothing - the timer stays
  * alive, so destroy it from another thread. The same where hwt_stop() would
  * return HWT_EDEADLK (a cycle of workers). NULL does nothing. Any thread but

@@ -10,11 +10,12 @@
 
 /* Allocation sites, named so that fault-injection tests can target each one. */
 typedef enum {
-    HWT_SITE_TIMER,        /* the hwt_timer itself */
-    HWT_SITE_WHEEL,        /* bucket arrays and occupancy bitmaps */
-    HWT_SITE_TIMEOUT_POOL, /* a chunk of timeouts */
-    HWT_SITE_STOP_LIST,    /* the array handed back by hwt_stop */
-    HWT_SITE_TASKS,        /* a block of interned (run, cancelled) pairs */
+    HWT_SITE_TIMER,         /* the hwt_timer itself */
+    HWT_SITE_WHEEL,         /* bucket arrays and occupancy bitmaps */
+    HWT_SITE_TIMEOUT_POOL,  /* a chunk of timeouts */
+    HWT_SITE_STOP_LIST,     /* the array handed back by hwt_stop */
+    HWT_SITE_TASKS,         /* a block of interned (run, cancelled) pairs */
+    HWT_SITE_THREAD_CACHES, /* a thread's timeout caches, at its first schedule */
     HWT_SITE_COUNT
 } hwt__alloc_site;
 

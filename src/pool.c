@@ -3,8 +3,9 @@
  *
  * Three layers, as in Bonwick's slab allocator with magazines:
  *
- *   thread caches  per thread, one for each of the last CACHE_TIMERS (4)
- *                  timers it allocated from (see there): two
+ *   thread caches  per thread, one for each of the last CACHE_TIMERS (8)
+ *                  timers it allocated from (see there), in an array
+ *                  allocated at its first bind: two
  *                  magazines (chains of up to MAG_SIZE freed timeouts,
  *                  linked through stack_link: "loaded" to allocate from and
  *                  free to, "spare") and the rest of one never-used chunk,
@@ -12,10 +13,13 @@
  *                  each). No lock and no atomic: most allocations and frees
  *                  end here. A cache is bound by allocating (and by the
  *                  worker, to its own timer, at start); a thread gives it
- *                  back when it allocates from a fifth timer (the cache it
- *                  bound longest ago), when it exits
- *                  (a pthread key destructor), or when it destroys the
- *                  timer. Freeing never binds: a thread that only releases
+ *                  back when it allocates from one timer more (the cache
+ *                  it bound longest ago), when it exits (a pthread key
+ *                  destructor), when it destroys the timer, and when it
+ *                  frees a timeout of the timer once it is stopped.
+ *                  Freeing never binds, but running a timeout for an
+ *                  executor does (hwt_timeout_run: an executor's thread
+ *                  frees what it runs): a thread that only releases
  *                  handles holds nothing.
  *   the depot      per timer, behind one mutex, taken once per magazine or
  *                  chunk a thread takes or gives back. It keeps every free
@@ -41,9 +45,10 @@
  *                  handed out.
  *
  * What a thread may keep cached: two magazines and the rest of one chunk,
- * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for each
- * of up to CACHE_TIMERS timers. Each cached timeout keeps its region mapped, so the
- * freed ones a thread other than the worker caches are of at most
+ * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for
+ * each of up to CACHE_TIMERS timers. Each cached timeout keeps its region
+ * mapped, so the freed ones a thread other than the worker caches are of
+ * at most
  * CACHE_REGIONS regions (a free from one more gives its magazines back
  * first): a burst released in random order would otherwise leave a region
  * per cached timeout mapped behind a thread that then calls nothing. A
@@ -53,8 +58,10 @@
  * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
  * the schedule's own clock reading, a free at the coarse clock every
  * CACHE_CHECK_FREES frees, a schedule that fails before allocating at the
- * coarse clock (hwt__pool_note_call). A thread refused by a stop gives its
- * cache back; one that makes no more such calls keeps it until it exits.
+ * coarse clock (hwt__pool_note_call); as it does, it gives back what it
+ * caches of its other timers if it has not for as long, and unbinds those
+ * that are stopped (give_back_others). A thread refused by a stop gives its
+ * cache back; one that makes no more such calls keeps them until it exits.
  * The worker gives all its cache holds back before each sleep, of
  * whichever timer (hwt__pool_give_back_freed).
  *
@@ -166,27 +173,38 @@ struct thread_cache {
     /* Never-used timeouts, consecutive in memory, taken in order. */
     hwt_timeout *fresh;
     size_t fresh_count;
-    size_t region_bytes; /* of the last region it mapped for `timer` (0: none) */
+    size_t region_bytes;     /* of the last region it mapped for `timer` (0: none) */
     unsigned frees_to_check; /* frees until it looks at the clock */
+    unsigned bound_at;       /* bound_count when bound (bind evicts the oldest) */
     size_t allocated;        /* since it last took from the depot (note_allocated)... */
     int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
     int64_t given_back_ns;   /* when it last gave what it holds back */
 };
 
-/* Timers a thread caches timeouts of at once: a thread that schedules on
- * two (say request timeouts on one, idle connections on another) keeps a
- * cache for each instead of giving one back and binding the other at
- * every switch (a flush chains the rest of its chunk, up to 409 writes: a
- * schedule alternating between two timers took 5 times as long). A thread
- * that turns to one more gives back the cache it bound longest ago. */
-#define CACHE_TIMERS 4
+/* Timers a thread caches timeouts of at once (HWT_POOL_THREAD_TIMERS): a
+ * thread that schedules on several (say request timeouts on one, idle
+ * connections on another) keeps a cache for each instead of giving one
+ * back and binding another at every switch (a flush chains the rest of its
+ * chunk, up to 409 writes, under the pool's lock: a schedule alternating
+ * between two timers took 30 times as long). A thread that turns to one
+ * more gives back the cache it bound longest ago: scheduling on more timers
+ * than this in turn pays that at every switch. */
+#define CACHE_TIMERS HWT_POOL_THREAD_TIMERS
 
-static HWT_THREAD_LOCAL struct thread_cache caches[CACHE_TIMERS];
-static HWT_THREAD_LOCAL unsigned bound_count; /* binds so far: the next slot to take, mod */
+/* The calling thread's caches (CACHE_TIMERS of them), allocated at its
+ * first bind and freed at its exit (the key destructor): in the heap, so
+ * that the library's thread-local variables stay a few bytes. They are
+ * initial-exec (internal.h), and a library loaded with dlopen takes them
+ * from glibc's small static TLS reserve, which other libraries share. */
+static HWT_THREAD_LOCAL struct thread_cache *caches;
+static HWT_THREAD_LOCAL unsigned bound_count; /* binds so far (a slot's bound_at) */
 
-/* The calling thread's cache bound to `timer`, or NULL. */
+/* The calling thread's cache bound to `timer` (NULL: a free slot), or
+ * NULL. */
 static struct thread_cache *cache_of(const hwt_timer *timer)
 {
+    if (caches == NULL)
+        return NULL;
     for (unsigned i = 0; i < CACHE_TIMERS; i++)
         if (caches[i].timer == timer)
             return &caches[i];
@@ -224,7 +242,7 @@ static size_t timeouts_in_region(size_t region_bytes)
  * allocated them take from the depot again) that make the depot busy: a
  * churn allocates thousands. A light load allocates a few, however often
  * its caches go back and forth - the worker gives its cache back before
- * each sleep, a thread when it turns to a fifth timer or once a second -
+ * each sleep, a thread when it turns to one timer more or once a second -
  * and keeps nothing beyond the reserve. */
 #define BUSY_ALLOCATED (16 * MAG_SIZE)
 /* The coarse clock runs up to a scheduler tick behind: a trim planned for
@@ -797,6 +815,22 @@ static void flush_at_thread_exit(void *all)
     struct thread_cache *c = all;
     for (unsigned i = 0; i < CACHE_TIMERS; i++)
         flush(&c[i]);
+    hwt__free(c);
+    caches = NULL; /* a later destructor that schedules allocates them again */
+}
+
+/* Gives a cache back and unbinds it (flush), and frees the thread's caches
+ * once none is bound: a thread that has let go of every timer holds
+ * nothing. `c` must not be used after. */
+static void unbind(struct thread_cache *c)
+{
+    flush(c);
+    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+        if (caches[i].timer != NULL)
+            return;
+    (void)pthread_setspecific(cache_key, NULL); /* armed: a slot was bound */
+    hwt__free(caches);
+    caches = NULL;
 }
 
 /* 0 or the error of pthread_key_create. */
@@ -815,19 +849,25 @@ static int have_cache_key(void)
     return err;
 }
 
-/* Binds a cache of the calling thread to `timer` (*out): 0, or, with
- * nothing changed, the error number when the thread-exit destructor cannot
- * be armed (the cache would then keep the timer's memory forever once the
- * thread exits). A free slot if there is one, else the one bound longest
- * ago, given back first. Not logged here: the caller may be in the middle
- * of a schedule that a stop waits for, and the log callback may stop the
- * timer or schedule. */
+/* Binds a cache of the calling thread to `timer` (*out): 0; HWT_ENOMEM when
+ * its caches cannot be allocated; or, with nothing changed, the error
+ * number when the thread-exit destructor cannot be armed (the cache would
+ * then keep the timer's memory forever once the thread exits). A free slot if there is one, else
+ * the one bound longest ago, given back first. Not logged here: the caller may be in the middle of
+ * a schedule that a stop waits for, and the log callback may stop the timer or schedule. */
 static int bind(hwt_timer *timer, struct thread_cache **out)
 {
     struct thread_cache *c = cache_of(timer);
     if (c != NULL) {
         *out = c;
         return 0;
+    }
+    bool allocated = false;
+    if (caches == NULL) {
+        caches = hwt__calloc(HWT_SITE_THREAD_CACHES, CACHE_TIMERS, sizeof *caches);
+        if (caches == NULL)
+            return HWT_ENOMEM;
+        allocated = true;
     }
     c = cache_of(NULL);
     if (c != NULL) {
@@ -837,20 +877,30 @@ static int bind(hwt_timer *timer, struct thread_cache **out)
         int err = have_cache_key();
         if (err == 0)
             err = pthread_setspecific(cache_key, caches);
-        if (err != 0)
+        if (err != 0) {
+            if (allocated) { /* nothing would free them */
+                hwt__free(caches);
+                caches = NULL;
+            }
             return err;
+        }
     } else {
-        c = &caches[bound_count % CACHE_TIMERS];
+        /* The one bound longest ago (not bound_count % CACHE_TIMERS: binds
+         * into slots a stop or destroy freed count too). */
+        c = &caches[0];
+        for (unsigned i = 1; i < CACHE_TIMERS; i++)
+            if (bound_count - caches[i].bound_at > bound_count - c->bound_at)
+                c = &caches[i];
         flush(c);
     }
-    bound_count++;
     *out = c;
     c->timer = timer;
+    c->bound_at = bound_count++;
     c->frees_to_check = CACHE_CHECK_FREES;
     c->given_back_ns = c->took_ns = coarse_now_ns();
     /* The binding's own reference: a cache that allocation has emptied
      * still points at the timer, and its flush (at thread exit, or when the
-     * thread turns to a fifth timer) locks the timer's pool. */
+     * thread turns to one timer more) locks the timer's pool. */
     hwt__timer_ref_n(timer, 1);
     return 0;
 }
@@ -880,7 +930,7 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
      * destroy of its own timer left it unbound, the worker binds to its own
      * again (failing, its frees go straight to the depot until the next
      * sleep tries again). */
-    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+    for (unsigned i = 0; caches != NULL && i < CACHE_TIMERS; i++)
         if (caches[i].timer != timer)
             flush(&caches[i]);
     struct thread_cache *c = NULL;
@@ -915,6 +965,8 @@ void hwt__pool_close(hwt_timer *timer)
  * CACHE_GIVE_BACK_NS by `now`: a thread that frees about as much as it
  * takes reuses the same few timeouts and would keep the others, and their
  * regions, for as long as it lives. */
+static void give_back_others(const struct thread_cache *c, int64_t now);
+
 static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t now)
 {
     if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
@@ -922,6 +974,30 @@ static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t n
     c->given_back_ns = now;
     if (c->loaded.count + c->spare.count + c->fresh_count > 0)
         give_back_cached(timer, c, true);
+    give_back_others(c, now);
+}
+
+/* The calling thread's other caches, as it gives back the one it calls on
+ * (about once a second while it keeps calling): a thread that turned to
+ * another timer calls nothing more on this one, and its cache would keep
+ * this timer's regions mapped (and a destroyed timer's memory allocated)
+ * for as long as the thread lives. A stopped timer's cache is unbound.
+ * The worker's own is left to it (it gives it back before each sleep). */
+static void give_back_others(const struct thread_cache *c, int64_t now)
+{
+    for (unsigned i = 0; i < CACHE_TIMERS; i++) {
+        struct thread_cache *o = &caches[i];
+        if (o == c || o->timer == NULL || o->timer == hwt__current_worker ||
+            now - o->given_back_ns < CACHE_GIVE_BACK_NS)
+            continue;
+        if (atomic_load(&o->timer->state) == HWT_STATE_SHUTDOWN) {
+            flush(o); /* may free that timer: nothing of it is touched after */
+            continue; /* c stays bound: the array stays */
+        }
+        o->given_back_ns = now;
+        if (o->loaded.count + o->spare.count + o->fresh_count > 0)
+            give_back_cached(o->timer, o, true);
+    }
 }
 
 /* Counts a free into the calling thread's cache: every few it looks at the
@@ -947,12 +1023,13 @@ void hwt__pool_forget_thread(hwt_timer *timer)
 {
     struct thread_cache *c = cache_of(timer);
     if (c != NULL)
-        flush(c);
+        unbind(c);
 }
 
 void hwt__pool_after_fork_in_child(void)
 {
-    memset(caches, 0, sizeof caches);
+    if (caches != NULL)
+        memset(caches, 0, CACHE_TIMERS * sizeof *caches);
     bound_count = 0;
     /* Another thread of the parent may have held it at the fork: it is
      * gone, and the child's first timer must still get its key. */
@@ -962,7 +1039,8 @@ void hwt__pool_after_fork_in_child(void)
 int hwt__pool_bind_thread(hwt_timer *timer)
 {
     struct thread_cache *c;
-    return bind(timer, &c);
+    int err = bind(timer, &c);
+    return err == HWT_ENOMEM ? ENOMEM : err;
 }
 
 bool hwt__pool_thread_bound(const hwt_timer *timer)
@@ -972,7 +1050,8 @@ bool hwt__pool_thread_bound(const hwt_timer *timer)
 
 void hwt__pool_log_no_key(const hwt_timer *timer, int err)
 {
-    hwt__log(timer, HWT_LOG_ERROR, "no thread key for the timeout cache: %s", strerror(err));
+    hwt__log(timer, HWT_LOG_ERROR, "no thread key (or no memory) for the timeout cache: %s",
+             strerror(err));
 }
 
 size_t hwt__pool_thread_cached(hwt_timer *timer)
@@ -1019,8 +1098,15 @@ static bool refill(hwt_timer *timer, struct thread_cache *c)
 int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no_key)
 {
     struct thread_cache *c = cache_of(timer);
-    if (c == NULL && (*no_key = bind(timer, &c)) != 0)
-        return HWT_ESYS;
+    if (c == NULL) {
+        int err = bind(timer, &c);
+        if (err == HWT_ENOMEM)
+            return HWT_ENOMEM;
+        if (err != 0) {
+            *no_key = err;
+            return HWT_ESYS;
+        }
+    }
     give_back_if_due(timer, c, now);
     struct mag *m = &c->loaded;
     if (m->count == 0 && c->spare.count > 0) {
@@ -1061,6 +1147,15 @@ void hwt__timeout_free(hwt_timer *timer, hwt_timeout *timeout)
 {
     ck_stack_entry_t *node = &timeout->stack_link;
     struct thread_cache *c = cache_of(timer);
+    if (c != NULL && hwt__current_worker != timer &&
+        atomic_load_explicit(&timer->state, memory_order_relaxed) == HWT_STATE_SHUTDOWN) {
+        /* Stopped: nothing will allocate from this pool again, and what the
+         * cache holds would only keep regions (and, once destroyed, the
+         * timer) for as long as the thread lives: a stop's list released by
+         * the threads that scheduled it. */
+        unbind(c);
+        c = NULL;
+    }
     if (c == NULL) {
         /* Only allocating binds a cache (and the worker, for its own timer):
          * binding here could pin a destroyed timer's memory to a thread that

@@ -77,11 +77,12 @@ int hwt__pool_init(struct hwt__pool *pool);
 void hwt__pool_destroy(struct hwt__pool *pool);
 
 /* A zeroed timeout of `timer` in *out: 0, HWT_ENOMEM when memory is
- * exhausted, or HWT_ESYS when the calling thread's cache cannot be set up
- * (no thread key to be had: the error number in *no_key, for the caller to
- * log with hwt__pool_log_no_key once it is safe to). Nothing changes on
- * failure. Any thread. `now`: the caller's hwt__now_ns() reading, by which
- * the thread's cache gives what it holds back about once a second. */
+ * exhausted (also for the thread's caches, at its first call), or HWT_ESYS
+ * when the calling thread's cache cannot be set up (no thread key to be
+ * had: the error number in *no_key, for the caller to log with
+ * hwt__pool_log_no_key once it is safe to). Nothing changes on failure.
+ * Any thread. `now`: the caller's hwt__now_ns() reading, by which the
+ * thread's cache gives what it holds back about once a second. */
 int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no_key);
 /* Any thread; `timeout` must not be touched afterwards (its memory may go
  * back to the system). */
@@ -117,13 +118,15 @@ void hwt__pool_after_fork_in_child(void);
 
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
  * frees are then cached, and given back when it exits). 0, or the error
- * number when no thread key could be had: the thread's frees then go
- * straight to the depot. Not logged: see hwt__pool_log_no_key. */
+ * number when no thread key could be had (ENOMEM: or no memory for the
+ * thread's caches): the thread's frees then go straight to the depot. Not
+ * logged: see hwt__pool_log_no_key. */
 int hwt__pool_bind_thread(hwt_timer *timer);
 
-/* Whether the calling thread's cache is bound to `timer`: it allocated
- * from it, and its binding holds a reference to the timer until the thread
- * exits or turns to another timer. */
+/* Whether the calling thread has a cache bound to `timer`: it allocated
+ * from it, and the binding holds a reference to the timer until the thread
+ * exits, gives it up for one timer more than it caches, or finds the timer
+ * stopped. */
 bool hwt__pool_thread_bound(const hwt_timer *timer);
 
 /* Logs (ERROR) that no thread key could be had: err, from a bind. Calls the
@@ -145,6 +148,8 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer);
 /* The most a thread caches for the timer it is bound to: two magazines of
  * freed timeouts and what is left of one never-used chunk. */
 #define HWT_POOL_MAG_SIZE 64
+/* The timers a thread keeps a cache for at once (pool.c, CACHE_TIMERS). */
+#define HWT_POOL_THREAD_TIMERS 8
 #define HWT_POOL_THREAD_CACHE_MAX (2 * HWT_POOL_MAG_SIZE + HWT_TIMEOUTS_PER_CHUNK)
 
 /* Free timeouts the depot keeps mapped rather than give back (pool.c): the

@@ -481,8 +481,8 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took)
     for (int soon_only = 1; soon_only >= 0; soon_only--) {
         for (unsigned k = 0; k < HWT_STRIPES && n < budget; k++) {
             unsigned i = (timer->worker.next_stripe + k) % HWT_STRIPES;
-            while (n < budget &&
-                   (!soon_only || timer->worker.taken_soon[i] > 0 || timer->worker.taken[i] == NULL)) {
+            while (n < budget && (!soon_only || timer->worker.taken_soon[i] > 0 ||
+                                  timer->worker.taken[i] == NULL)) {
                 hwt_timeout *t = take_queued(timer, i, &took[i], &dropped);
                 if (t == NULL)
                     break;
@@ -740,8 +740,8 @@ static void run_loop(hwt_timer *timer)
              * memory after a burst goes back within seconds). One lock per
              * sleep. */
             int64_t trim_at = hwt__pool_give_back_freed(timer);
-            int64_t until = plan.wake_at == INT64_MAX ? INT64_MAX
-                                                      : hwt__sat_add(timer->start_ns, plan.wake_at);
+            int64_t until =
+                plan.wake_at == INT64_MAX ? INT64_MAX : hwt__sat_add(timer->start_ns, plan.wake_at);
             /* The regions a burst left while threads still took timeouts
              * go back once the depot is quiet, not at the next burst. */
             if (trim_at < until)
@@ -938,6 +938,10 @@ void *hwt__worker_main(void *arg)
         timer->worker.naps = hwt__os_precise_sleeps();
 
     hwt__step_reached(HWT_STEP_WORKER_STARTING, timer);
+    /* Its cache before the starters go on: what the bind allocates is
+     * there when they return (a program that counts its heap blocks around
+     * a start sees them all). */
+    int no_key = hwt__pool_bind_thread(timer);
     pthread_mutex_lock(&timer->lifecycle_lock);
     timer->start_ns = hwt__now_ns();
     timer->worker_ready = true;
@@ -946,7 +950,6 @@ void *hwt__worker_main(void *arg)
     /* Only now that the starters may go on: a failure is logged, and the
      * log callback may schedule on this timer (which waits for the start),
      * or fork (the child must not serve this timer). */
-    int no_key = hwt__pool_bind_thread(timer);
     if (no_key != 0) {
         hwt__pool_log_no_key(timer, no_key);
         hwt__end_forked_worker(timer);

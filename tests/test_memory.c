@@ -6,7 +6,8 @@
  * was before, within 5 s, burst after burst, and the idle worker is not
  * woken for it. Bursts that a stop or a destroy ends give their memory
  * back as well, timer after timer, and so do threads that release a
- * burst's handles in random order and then stay alive, calling nothing.
+ * burst's handles in random order and then stay alive, calling nothing,
+ * and threads that release a stopped timer's list and then idle.
  *
  * Under TSan and valgrind the bursts are 10x smaller (their shadow memory
  * and speed). Under any sanitizer or valgrind resident memory is mostly
@@ -400,6 +401,104 @@ static void test_idle_threads_that_released_in_any_order_keep_little(void **stat
     free(b.handles);
 }
 
+/* A stop's list released by the threads that scheduled the timeouts (each
+ * closes its own connections), then the timer destroyed, the threads alive
+ * and idle: every timeout has ended and every handle is released, so none
+ * of the stopped timer's memory is in use and it all goes back
+ * (docs/reliability.md: "A stopped timer keeps no free memory at all").
+ * 16 threads (a server's pool), a sixteenth of 4 M timeouts each, each
+ * releasing a shuffled share of the list. */
+#define STOP_POOL 16
+
+struct stop_pool_job {
+    hwt_timer *timer;
+    size_t n;
+    int failures;
+    hwt_timeout ***list;
+    size_t *count;
+    unsigned self;
+    pthread_barrier_t *scheduled, *stopped, *released, *done;
+};
+
+static void *schedule_release_share_then_idle(void *p)
+{
+    struct stop_pool_job *job = p;
+    for (size_t i = 0; i < job->n; i++)
+        if (hwt_new_timeout(job->timer, noop, NULL, 1, HWT_HOURS, NULL) != 0)
+            job->failures++;
+    pthread_barrier_wait(job->scheduled);
+    pthread_barrier_wait(job->stopped); /* the list is shuffled */
+    for (size_t i = job->self; i < *job->count; i += STOP_POOL)
+        hwt_timeout_release((*job->list)[i]);
+    pthread_barrier_wait(job->released);
+    pthread_barrier_wait(job->done); /* alive and idle while memory is measured */
+    return NULL;
+}
+
+static void test_a_stopped_timers_list_released_by_a_pool_goes_back(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_timer(100, HWT_MILLISECONDS, 512);
+    assert_int_equal(hwt_timer_start(timer), 0);
+    size_t n = THREADS * per_thread() / STOP_POOL; /* 4 M in all (400 k slowed down) */
+    hwt_timeout **list = NULL;
+    size_t count = 0;
+    pthread_barrier_t scheduled, stopped, released, done;
+    pthread_barrier_init(&scheduled, NULL, STOP_POOL + 1);
+    pthread_barrier_init(&stopped, NULL, STOP_POOL + 1);
+    pthread_barrier_init(&released, NULL, STOP_POOL + 1);
+    pthread_barrier_init(&done, NULL, STOP_POOL + 1);
+    struct stop_pool_job jobs[STOP_POOL];
+    pthread_t th[STOP_POOL];
+    int64_t base = rss();
+    for (unsigned i = 0; i < STOP_POOL; i++) {
+        jobs[i] = (struct stop_pool_job){timer, n,          0,        &list,     &count,
+                                         i,     &scheduled, &stopped, &released, &done};
+        assert_int_equal(pthread_create(&th[i], NULL, schedule_release_share_then_idle, &jobs[i]),
+                         0);
+    }
+    pthread_barrier_wait(&scheduled);
+    int64_t peak = rss();
+    assert_int_equal(hwt_stop(timer, &list, &count), 0);
+    assert_int_equal(count, STOP_POOL * n);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = count - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t j = x % (i + 1);
+        hwt_timeout *t = list[i];
+        list[i] = list[j];
+        list[j] = t;
+    }
+    pthread_barrier_wait(&stopped);
+    pthread_barrier_wait(&released);
+    hwt_timeouts_release(list, 0); /* the array alone */
+    hwt_timer_destroy(timer);
+    int64_t t0 = hwtt_now_ns();
+    if (rss_is_ours())
+        hwtt_wait_until(rss() - base <= BOUND, hwtt_slack_ms(5000));
+    int64_t back = rss(), back_ms = (hwtt_now_ns() - t0) / 1000000;
+    pthread_barrier_wait(&done);
+    for (int i = 0; i < STOP_POOL; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(jobs[i].failures, 0);
+    }
+    int64_t exited = rss();
+    pthread_barrier_destroy(&scheduled);
+    pthread_barrier_destroy(&stopped);
+    pthread_barrier_destroy(&released);
+    pthread_barrier_destroy(&done);
+    print_message("  %zu x %d handed back by a stop, released shuffled by the threads that "
+                  "scheduled them, timer destroyed: rss %.1f MB before, %.1f MB at the peak, "
+                  "%.1f MB %lld ms after the destroy, %.1f MB once the threads exited%s\n",
+                  n, STOP_POOL, (double)base / MB, (double)peak / MB, (double)back / MB,
+                  (long long)back_ms, (double)exited / MB,
+                  rss_is_ours() ? "" : " - not judged here");
+    if (rss_is_ours()) {
+        assert_true(peak - base > 3 * BOUND);
+        assert_true(back - base <= BOUND);
+    }
+}
+
 int main(void)
 {
     hwtt_watchdog(600);
@@ -410,6 +509,8 @@ int main(void)
         cmocka_unit_test_teardown(test_no_wakeups_after_a_burst, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_stopped_bursts_do_not_ratchet, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_idle_threads_that_released_in_any_order_keep_little,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_a_stopped_timers_list_released_by_a_pool_goes_back,
                                   hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,6 +48,7 @@ static const char *const site_names[HWT_SITE_COUNT] = {
     [HWT_SITE_TIMEOUT_POOL] = "TIMEOUT_POOL",
     [HWT_SITE_STOP_LIST] = "STOP_LIST",
     [HWT_SITE_TASKS] = "TASKS",
+    [HWT_SITE_THREAD_CACHES] = "THREAD_CACHES",
 };
 
 /* A site added to alloc.h later still gets a name (and is tried by the
@@ -1312,7 +1313,6 @@ static void test_memory_freed_after_last_release(void **state)
         assert_int_equal(helper_last, 1);
     }
 }
-
 
 /* With max_pending_timeouts = 1 and nothing pending, thread A's schedule
  * held its pending slot while it allocated (here: a new block for a new

@@ -1406,71 +1406,6 @@ static void test_a_thread_caches_a_bounded_number(void **state)
     hwtt_destroy(timer);
 }
 
-/* A thread that schedules on two timers in turn keeps a cache for each:
- * it used to give one back and bind the other at every switch (a flush
- * chains the rest of its chunk), a schedule five times as dear. A thread
- * that turns to one timer more than it can cache gives back the cache it
- * bound longest ago, and only that one; its exit gives back every one. */
-struct many_timers_job {
-    hwt_timer **timers;
-    int count;
-    bool all_bound_in_turn; /* each kept its cache while the others were used */
-    bool first_given_back;  /* after one timer more than it caches */
-    bool others_still_bound;
-    int failures;
-};
-
-static void *schedule_on_many_timers(void *p)
-{
-    struct many_timers_job *job = p;
-    job->all_bound_in_turn = true;
-    for (int round = 0; round < 3; round++)
-        for (int i = 0; i < job->count - 1; i++) {
-            if (hwt_new_timeout(job->timers[i], noop, NULL, 1, HWT_HOURS, NULL) != 0)
-                job->failures++;
-            for (int k = 0; k <= i || (round > 0 && k < job->count - 1); k++)
-                if (!hwt__pool_thread_bound(job->timers[k]) ||
-                    hwt__pool_thread_cached(job->timers[k]) == 0)
-                    job->all_bound_in_turn = false;
-        }
-    if (hwt_new_timeout(job->timers[job->count - 1], noop, NULL, 1, HWT_HOURS, NULL) != 0)
-        job->failures++;
-    job->first_given_back = !hwt__pool_thread_bound(job->timers[0]);
-    job->others_still_bound = true;
-    for (int k = 1; k < job->count; k++)
-        if (!hwt__pool_thread_bound(job->timers[k]))
-            job->others_still_bound = false;
-    return NULL;
-}
-
-static void test_a_thread_keeps_a_cache_per_timer_it_uses(void **state)
-{
-    (void)state;
-    enum { TIMERS = 5 }; /* one more than a thread caches (CACHE_TIMERS) */
-    hwt_timer *timers[TIMERS];
-    for (int i = 0; i < TIMERS; i++) {
-        timers[i] = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
-        assert_int_equal(hwt_timer_start(timers[i]), 0);
-    }
-    struct many_timers_job job = {.timers = timers, .count = TIMERS};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, schedule_on_many_timers, &job), 0);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    int64_t refs[TIMERS];
-    for (int i = 0; i < TIMERS; i++)
-        refs[i] = atomic_load(&timers[i]->refs);
-    for (int i = 0; i < TIMERS; i++)
-        hwtt_destroy(timers[i]);
-    assert_int_equal(job.failures, 0);
-    assert_true(job.all_bound_in_turn);
-    assert_true(job.first_given_back);
-    assert_true(job.others_still_bound);
-    /* Its exit gave every cache back: what is left is the creator's, the
-     * worker's binding and the pending timeouts. */
-    for (int i = 0; i < TIMERS; i++)
-        assert_int_equal(refs[i], BASE_REFS + (i < TIMERS - 1 ? 3 : 1));
-}
-
 /* A thread whose cache allocation has emptied stays bound to the timer:
  * its flush, at thread exit or when it turns to another timer, locks that
  * timer's pool. It used to hold no reference then, so a destroy elsewhere
@@ -1928,8 +1863,6 @@ int main(void)
         cmocka_unit_test_teardown(
             test_a_worker_refused_by_another_timers_stop_binds_to_its_own_again,
             hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_a_thread_keeps_a_cache_per_timer_it_uses,
-                                  hwtt_teardown_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
