@@ -415,10 +415,14 @@ void hwt_timeout_run(hwt_timeout *timeout)
      * frees each one whose handle is gone: into a cache of its own, as a
      * scheduling thread's frees go, not one by one into the depot under its
      * lock (5 times the CPU per run with two such threads). Not for a
-     * stopped timer: nothing will allocate from its pool again. */
+     * stopped timer: nothing will allocate from its pool again, and the
+     * binding would keep it (destroyed, too) while the thread idles. A stop
+     * may come between the look and the bind: looked at again after it (the
+     * executor's reference keeps the timer). */
     if (!hwt__pool_thread_bound(timer) &&
-        atomic_load_explicit(&timer->state, memory_order_relaxed) != HWT_STATE_SHUTDOWN)
-        (void)hwt__pool_bind_thread(timer);
+        atomic_load_explicit(&timer->state, memory_order_relaxed) != HWT_STATE_SHUTDOWN &&
+        hwt__pool_bind_thread(timer) == 0 && atomic_load(&timer->state) == HWT_STATE_SHUTDOWN)
+        hwt__pool_forget_thread(timer);
     /* The task may end the executor's thread (a pthread_cancel acted on at
      * a cancellation point, pthread_exit): the executor's reference goes all
      * the same, or the timeout, and the timer with it, would never be freed. */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "helpers.h"
 #include "internal.h"
 
@@ -453,6 +454,78 @@ static void test_a_thread_keeps_a_cache_per_timer_it_uses(void **state)
         assert_int_equal(refs[i], 2 + (i < TIMERS - 1 ? 3 : 1)); /* creator, worker */
 }
 
+/* ------------------------------------------------------------------------
+ * An executor's thread binds a cache in hwt_timeout_run unless the timer is
+ * stopped; a stop (here a destroy) that lands between that look and the
+ * bind left the thread bound to the destroyed timer, keeping its memory
+ * while the thread idled. The destroy is made to land there by the
+ * allocation hook, at the bind's allocation of the thread's caches. */
+static hwt_timeout *handed;
+static hwt_timer *ex_timer;
+static atomic_bool in_exec_thread, ex_ran, ex_exit;
+static atomic_int hook_fired;
+
+static void keep(void *ctx, hwt_timeout *timeout)
+{
+    (void)ctx;
+    handed = timeout;
+}
+
+static int destroy_inside_bind(hwt__alloc_site site)
+{
+    if (site == HWT_SITE_THREAD_CACHES && atomic_load(&in_exec_thread) &&
+        atomic_fetch_add(&hook_fired, 1) == 0)
+        hwt_timer_destroy(ex_timer); /* stop + destroy, from the executor's thread */
+    return 0;
+}
+
+static void *run_handed_then_idle(void *p)
+{
+    (void)p;
+    atomic_store(&in_exec_thread, true);
+    hwt_timeout_run(handed);
+    atomic_store(&in_exec_thread, false);
+    atomic_store(&ex_ran, true);
+    while (!atomic_load(&ex_exit))
+        hwtt_sleep_us(200);
+    return NULL;
+}
+
+static void test_an_executor_bind_racing_a_destroy_keeps_nothing(void **state)
+{
+    (void)state;
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.executor = keep;
+    handed = NULL;
+    ex_timer = hwtt_timer_opts(&o); /* not tracked: destroyed in the hook */
+    free_for_real = ex_timer->free_memory;
+    ex_timer->free_memory = note_freed;
+    atomic_store(&a_freed, false);
+    hwt_timeout *h;
+    assert_int_equal(hwt_new_timeout(ex_timer, noop, NULL, 0, HWT_MILLISECONDS, &h), 0);
+    assert_true(hwtt_wait_until(handed != NULL, hwtt_slack_ms(5000)));
+    hwt__set_alloc_fail_hook(destroy_inside_bind);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_handed_then_idle, NULL), 0);
+    bool ran = hwtt_wait_until(atomic_load(&ex_ran), hwtt_slack_ms(5000));
+    hwt__set_alloc_fail_hook(NULL);
+    hwt_timeout_release(h); /* the last handle */
+    bool freed = hwtt_wait_until(atomic_load(&a_freed), hwtt_slack_ms(2000));
+    atomic_store(&ex_exit, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    bool freed_at_exit = atomic_load(&a_freed);
+    print_message("  executor's bind racing a destroy: timer freed while the thread idles: %s; "
+                  "once it exited: %s\n",
+                  freed ? "yes" : "NO", freed_at_exit ? "yes" : "no");
+    if (freed_at_exit)
+        free_for_real(ex_timer);
+    assert_true(ran);
+    assert_int_equal(atomic_load(&hook_fired), 1);
+    assert_true(freed);
+}
+
 /* Enough for a few dozen magazines per timer. */
 #define N 6400
 /* What the invariant allows, with room for chunks and regions: one lock per
@@ -594,6 +667,8 @@ int main(void)
         cmocka_unit_test_teardown(test_a_thread_scheduling_on_its_timers_in_turn_takes_few_locks,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_an_executor_thread_takes_the_depot_lock_once_per_magazine,
+                                  hwtt_teardown_timers),
+        cmocka_unit_test_teardown(test_an_executor_bind_racing_a_destroy_keeps_nothing,
                                   hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_threads_busy_on_another_timer_give_a_burst_back,
                                   hwtt_teardown_timers),
