@@ -197,6 +197,50 @@ struct thread_cache {
  * initial-exec (internal.h), and a library loaded with dlopen takes them
  * from glibc's small static TLS reserve, which other libraries share. */
 static HWT_THREAD_LOCAL struct thread_cache *caches;
+
+/* A thread's caches, linked into the process's list of them: the list
+ * keeps every thread's caches reachable, also in a fork child, where the
+ * other threads are gone (the child frees theirs), so that a leak checker
+ * sees them in use. */
+struct cache_set {
+    struct thread_cache slot[CACHE_TIMERS]; /* first: `caches` points here */
+    struct cache_set *prev, *next;
+};
+static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_set *sets;
+
+static struct thread_cache *new_caches(void)
+{
+    struct cache_set *set = hwt__calloc(HWT_SITE_THREAD_CACHES, 1, sizeof *set);
+    if (set == NULL)
+        return NULL;
+    pthread_mutex_lock(&sets_lock);
+    set->next = sets;
+    if (sets != NULL)
+        sets->prev = set;
+    sets = set;
+    pthread_mutex_unlock(&sets_lock);
+    return set->slot;
+}
+
+static void unlink_set(struct cache_set *set)
+{
+    if (set->prev != NULL)
+        set->prev->next = set->next;
+    else
+        sets = set->next;
+    if (set->next != NULL)
+        set->next->prev = set->prev;
+}
+
+static void free_caches(struct thread_cache *slots)
+{
+    struct cache_set *set = (struct cache_set *)slots;
+    pthread_mutex_lock(&sets_lock);
+    unlink_set(set);
+    pthread_mutex_unlock(&sets_lock);
+    hwt__free(set);
+}
 static HWT_THREAD_LOCAL unsigned bound_count; /* binds so far (a slot's bound_at) */
 
 /* The calling thread's cache bound to `timer` (NULL: a free slot), or
@@ -815,7 +859,7 @@ static void flush_at_thread_exit(void *all)
     struct thread_cache *c = all;
     for (unsigned i = 0; i < CACHE_TIMERS; i++)
         flush(&c[i]);
-    hwt__free(c);
+    free_caches(c);
     caches = NULL; /* a later destructor that schedules allocates them again */
 }
 
@@ -829,7 +873,7 @@ static void unbind(struct thread_cache *c)
         if (caches[i].timer != NULL)
             return;
     (void)pthread_setspecific(cache_key, NULL); /* armed: a slot was bound */
-    hwt__free(caches);
+    free_caches(caches);
     caches = NULL;
 }
 
@@ -864,7 +908,7 @@ static int bind(hwt_timer *timer, struct thread_cache **out)
     }
     bool allocated = false;
     if (caches == NULL) {
-        caches = hwt__calloc(HWT_SITE_THREAD_CACHES, CACHE_TIMERS, sizeof *caches);
+        caches = new_caches();
         if (caches == NULL)
             return HWT_ENOMEM;
         allocated = true;
@@ -879,7 +923,7 @@ static int bind(hwt_timer *timer, struct thread_cache **out)
             err = pthread_setspecific(cache_key, caches);
         if (err != 0) {
             if (allocated) { /* nothing would free them */
-                hwt__free(caches);
+                free_caches(caches);
                 caches = NULL;
             }
             return err;
@@ -1028,6 +1072,15 @@ void hwt__pool_forget_thread(hwt_timer *timer)
 
 void hwt__pool_after_fork_in_child(void)
 {
+    /* The other threads are gone: their caches are only memory here. */
+    pthread_mutex_init(&sets_lock, NULL);
+    for (struct cache_set *set = sets, *next; set != NULL; set = next) {
+        next = set->next;
+        if (set->slot != caches) {
+            unlink_set(set);
+            hwt__free(set);
+        }
+    }
     if (caches != NULL)
         memset(caches, 0, CACHE_TIMERS * sizeof *caches);
     bound_count = 0;

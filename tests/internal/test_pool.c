@@ -675,6 +675,9 @@ static void burst_ends_busy(hwt_timer *timer, size_t n)
             set_last_take(timer, coarse_now());
         hwt_timeout_release(h[i]);
     }
+    /* Still taking as it ends: the caller reads the pool at once, before a
+     * slow run (TSan) lets the depot go quiet and the worker trim it. */
+    set_last_take(timer, coarse_now());
     free(h);
 }
 
