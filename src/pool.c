@@ -1070,10 +1070,22 @@ void hwt__pool_forget_thread(hwt_timer *timer)
         unbind(c);
 }
 
+void hwt__pool_before_fork(void)
+{
+    pthread_mutex_lock(&sets_lock);
+}
+
+void hwt__pool_after_fork_in_parent(void)
+{
+    pthread_mutex_unlock(&sets_lock);
+}
+
 void hwt__pool_after_fork_in_child(void)
 {
-    /* The other threads are gone: their caches are only memory here. */
-    pthread_mutex_init(&sets_lock, NULL);
+    /* The other threads are gone: their caches are only memory here. The
+     * list was whole at the fork: the forking thread took its lock
+     * (hwt__pool_before_fork), and it is the child's. */
+    pthread_mutex_unlock(&sets_lock);
     for (struct cache_set *set = sets, *next; set != NULL; set = next) {
         next = set->next;
         if (set->slot != caches) {

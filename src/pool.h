@@ -115,6 +115,11 @@ void hwt__pool_forget_thread(hwt_timer *timer);
  * (inherited) timer it was bound to, and resets the pool's process-wide
  * lock (a thread that held it is gone). */
 void hwt__pool_after_fork_in_child(void);
+/* Around a fork: the process's list of thread caches does not change as
+ * the child copies it (before_fork takes its lock; the parent's handler
+ * and hwt__pool_after_fork_in_child release it). */
+void hwt__pool_before_fork(void);
+void hwt__pool_after_fork_in_parent(void);
 
 /* Binds the calling thread's cache to `timer` (the worker, at start: its
  * frees are then cached, and given back when it exits). 0, or the error

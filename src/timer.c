@@ -162,6 +162,7 @@ static void unlink_live(hwt_timer *timer)
 static void before_fork(void)
 {
     hwt__arena_before_fork();
+    hwt__pool_before_fork();
     pthread_mutex_lock(&live_lock);
     fork_prepared_ns = hwt__now_ns();
 }
@@ -169,6 +170,7 @@ static void before_fork(void)
 static void after_fork_in_parent(void)
 {
     pthread_mutex_unlock(&live_lock);
+    hwt__pool_after_fork_in_parent();
     hwt__arena_after_fork_in_parent();
 }
 
