@@ -460,7 +460,7 @@ static void test_a_thread_keeps_a_cache_per_timer_it_uses(void **state)
  * bind left the thread bound to the destroyed timer, keeping its memory
  * while the thread idled. The destroy is made to land there by the
  * allocation hook, at the bind's allocation of the thread's caches. */
-static hwt_timeout *handed;
+static hwt_timeout *_Atomic handed; /* written by the worker (the executor) */
 static hwt_timer *ex_timer;
 static atomic_bool in_exec_thread, ex_ran, ex_exit;
 static atomic_int hook_fired;
@@ -468,7 +468,7 @@ static atomic_int hook_fired;
 static void keep(void *ctx, hwt_timeout *timeout)
 {
     (void)ctx;
-    handed = timeout;
+    atomic_store(&handed, timeout);
 }
 
 static int destroy_inside_bind(hwt__alloc_site site)
@@ -483,7 +483,7 @@ static void *run_handed_then_idle(void *p)
 {
     (void)p;
     atomic_store(&in_exec_thread, true);
-    hwt_timeout_run(handed);
+    hwt_timeout_run(atomic_load(&handed));
     atomic_store(&in_exec_thread, false);
     atomic_store(&ex_ran, true);
     while (!atomic_load(&ex_exit))
@@ -498,14 +498,14 @@ static void test_an_executor_bind_racing_a_destroy_keeps_nothing(void **state)
     hwt_options_init(&o);
     o.tick_duration = 1;
     o.executor = keep;
-    handed = NULL;
+    atomic_store(&handed, NULL);
     ex_timer = hwtt_timer_opts(&o); /* not tracked: destroyed in the hook */
     free_for_real = ex_timer->free_memory;
     ex_timer->free_memory = note_freed;
     atomic_store(&a_freed, false);
     hwt_timeout *h;
     assert_int_equal(hwt_new_timeout(ex_timer, noop, NULL, 0, HWT_MILLISECONDS, &h), 0);
-    assert_true(hwtt_wait_until(handed != NULL, hwtt_slack_ms(5000)));
+    assert_true(hwtt_wait_until(atomic_load(&handed) != NULL, hwtt_slack_ms(5000)));
     hwt__set_alloc_fail_hook(destroy_inside_bind);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_handed_then_idle, NULL), 0);
