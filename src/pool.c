@@ -48,17 +48,16 @@
  * HWT_POOL_THREAD_CACHE_MAX = 2 * 64 + 409 = 537 timeouts (21 KiB), for
  * each of up to CACHE_TIMERS timers. Each cached timeout keeps its region
  * mapped, so the freed ones a thread other than the worker caches are of
- * at most
- * CACHE_REGIONS regions (a free from one more gives its magazines back
- * first): a burst released in random order would otherwise leave a region
- * per cached timeout mapped behind a thread that then calls nothing. A
- * thread that frees
- * about as much as it takes (one timeout at a time, say) reuses the same
- * few and keeps the others, so it gives all it holds back (the rest of its
- * chunk too) if it has not for CACHE_GIVE_BACK_NS: an allocation looks at
- * the schedule's own clock reading, a free at the coarse clock every
- * CACHE_CHECK_FREES frees, a schedule that fails before allocating at the
- * coarse clock (hwt__pool_note_call); as it does, it gives back what it
+ * at most CACHE_REGIONS regions (a free from one more gives its magazines
+ * back first): a burst released in random order would otherwise leave a
+ * region per cached timeout mapped behind a thread that then calls
+ * nothing. A thread that frees about as much as it takes (one timeout at
+ * a time, say) reuses the same few and keeps the others, so it gives all
+ * it holds back (the rest of its chunk too) if it has not for
+ * CACHE_GIVE_BACK_NS: an allocation looks at the schedule's own clock
+ * reading, a free at the coarse clock every CACHE_CHECK_FREES frees, a
+ * schedule that fails before allocating at the coarse clock
+ * (hwt__pool_note_call); as it does, it gives back what it
  * caches of its other timers if it has not for as long, and unbinds those
  * that are stopped (give_back_others). A thread refused by a stop gives its
  * cache back; one that makes no more such calls keeps them until it exits.
@@ -896,9 +895,10 @@ static int have_cache_key(void)
 /* Binds a cache of the calling thread to `timer` (*out): 0; HWT_ENOMEM when
  * its caches cannot be allocated; or, with nothing changed, the error
  * number when the thread-exit destructor cannot be armed (the cache would
- * then keep the timer's memory forever once the thread exits). A free slot if there is one, else
- * the one bound longest ago, given back first. Not logged here: the caller may be in the middle of
- * a schedule that a stop waits for, and the log callback may stop the timer or schedule. */
+ * then keep the timer's memory forever once the thread exits). A free slot
+ * if there is one, else the one bound longest ago, given back first. Not
+ * logged here: the caller may be in the middle of a schedule that a stop
+ * waits for, and the log callback may stop the timer or schedule. */
 static int bind(hwt_timer *timer, struct thread_cache **out)
 {
     struct thread_cache *c = cache_of(timer);
@@ -1005,22 +1005,6 @@ void hwt__pool_close(hwt_timer *timer)
     release_regions(gone);
 }
 
-/* Gives what the calling thread's cache holds back if it has not for
- * CACHE_GIVE_BACK_NS by `now`: a thread that frees about as much as it
- * takes reuses the same few timeouts and would keep the others, and their
- * regions, for as long as it lives. */
-static void give_back_others(const struct thread_cache *c, int64_t now);
-
-static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t now)
-{
-    if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
-        return;
-    c->given_back_ns = now;
-    if (c->loaded.count + c->spare.count + c->fresh_count > 0)
-        give_back_cached(timer, c, true);
-    give_back_others(c, now);
-}
-
 /* The calling thread's other caches, as it gives back the one it calls on
  * (about once a second while it keeps calling): a thread that turned to
  * another timer calls nothing more on this one, and its cache would keep
@@ -1042,6 +1026,20 @@ static void give_back_others(const struct thread_cache *c, int64_t now)
         if (o->loaded.count + o->spare.count + o->fresh_count > 0)
             give_back_cached(o->timer, o, true);
     }
+}
+
+/* Gives what the calling thread's cache holds back if it has not for
+ * CACHE_GIVE_BACK_NS by `now`: a thread that frees about as much as it
+ * takes reuses the same few timeouts and would keep the others, and their
+ * regions, for as long as it lives. */
+static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t now)
+{
+    if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
+        return;
+    c->given_back_ns = now;
+    if (c->loaded.count + c->spare.count + c->fresh_count > 0)
+        give_back_cached(timer, c, true);
+    give_back_others(c, now);
 }
 
 /* Counts a free into the calling thread's cache: every few it looks at the
