@@ -178,6 +178,11 @@ struct thread_cache {
     size_t allocated;        /* since it last took from the depot (note_allocated)... */
     int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
     int64_t given_back_ns;   /* when it last gave what it holds back */
+    /* A cancelled timeout still queued, whose handle the thread released:
+     * its next schedule on the timer revives it (timeout.c, "Reuse"). It
+     * holds the handle's reference; dropped whenever the cache gives back
+     * (drop_kept). */
+    hwt_timeout *kept;
 };
 
 /* Timers a thread caches timeouts of at once (HWT_POOL_THREAD_TIMERS): a
@@ -801,6 +806,27 @@ static ck_stack_entry_t *unhook_run(struct thread_cache *c)
     return run;
 }
 
+/* Lets go of the timeout the cache keeps to revive: its reference, and
+ * its memory if that was the last (straight to the depot, as a free by a
+ * thread with no cache: the cache itself may be on its way back). */
+static void drop_kept(hwt_timer *timer, struct thread_cache *c)
+{
+    hwt_timeout *t = c->kept;
+    if (t == NULL)
+        return;
+    c->kept = NULL;
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
+        t->stack_link.next = NULL;
+        depot_put(timer, (struct mag){&t->stack_link, 1, NULL});
+    }
+}
+
+/* Whether the cache holds anything to give back. */
+static bool holds_any(const struct thread_cache *c)
+{
+    return c->loaded.count + c->spare.count + c->fresh_count > 0 || c->kept != NULL;
+}
+
 /* Puts what the cache holds in the depot: its freed timeouts (two
  * magazines) and its run, unhooked with unhook_run (`run_count` of them:
  * kept, a run keeps its region mapped as much as a freed timeout does).
@@ -824,6 +850,7 @@ static void flush(struct thread_cache *c)
     hwt_timer *timer = c->timer;
     if (timer == NULL)
         return;
+    drop_kept(timer, c);
     struct hwt__pool *pool = &timer->pool;
     size_t run_count = c->fresh_count;
     ck_stack_entry_t *run = unhook_run(c);
@@ -954,6 +981,7 @@ static int bind(hwt_timer *timer, struct thread_cache **out)
  * trim before it sleeps (hwt__pool_give_back_freed). */
 static void give_back_cached(hwt_timer *timer, struct thread_cache *c, bool with_run)
 {
+    drop_kept(timer, c);
     struct hwt__region *gone = NULL;
     size_t run_count = with_run ? c->fresh_count : 0;
     ck_stack_entry_t *run = with_run ? unhook_run(c) : NULL;
@@ -979,6 +1007,8 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
             flush(&caches[i]);
     struct thread_cache *c = NULL;
     (void)bind(timer, &c);
+    if (c != NULL)
+        drop_kept(timer, c);
     struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
     size_t returned = 0, run_count = c != NULL ? c->fresh_count : 0;
@@ -1023,7 +1053,7 @@ static void give_back_others(const struct thread_cache *c, int64_t now)
             continue; /* c stays bound: the array stays */
         }
         o->given_back_ns = now;
-        if (o->loaded.count + o->spare.count + o->fresh_count > 0)
+        if (holds_any(o))
             give_back_cached(o->timer, o, true);
     }
 }
@@ -1037,7 +1067,7 @@ static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t n
     if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
         return;
     c->given_back_ns = now;
-    if (c->loaded.count + c->spare.count + c->fresh_count > 0)
+    if (holds_any(c))
         give_back_cached(timer, c, true);
     give_back_others(c, now);
 }
@@ -1115,6 +1145,33 @@ void hwt__pool_log_no_key(const hwt_timer *timer, int err)
 {
     hwt__log(timer, HWT_LOG_ERROR, "no thread key (or no memory) for the timeout cache: %s",
              strerror(err));
+}
+
+bool hwt__pool_keep_for_reuse(hwt_timer *timer, hwt_timeout *timeout)
+{
+    struct thread_cache *c = cache_of(timer);
+    /* A stopped timer's: no schedule will revive it. */
+    if (c == NULL || c->kept != NULL ||
+        atomic_load_explicit(&timer->state, memory_order_relaxed) == HWT_STATE_SHUTDOWN)
+        return false;
+    c->kept = timeout;
+    return true;
+}
+
+hwt_timeout *hwt__pool_take_kept(hwt_timer *timer)
+{
+    struct thread_cache *c = cache_of(timer);
+    if (c == NULL || c->kept == NULL)
+        return NULL;
+    hwt_timeout *t = c->kept;
+    c->kept = NULL;
+    return t;
+}
+
+bool hwt__pool_kept(const hwt_timer *timer, const hwt_timeout *timeout)
+{
+    const struct thread_cache *c = cache_of(timer);
+    return c != NULL && c->kept == timeout;
 }
 
 size_t hwt__pool_thread_cached(hwt_timer *timer)
