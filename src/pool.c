@@ -111,6 +111,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -213,18 +214,27 @@ struct cache_set {
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_set *sets;
 
+/* A set is allocated and linked, and unlinked and freed, under the list's
+ * lock, which a fork's prepare handler takes (hwt__pool_before_fork): the
+ * child finds each set linked, or not allocated at all, never allocated and
+ * not linked yet (or unlinked and not freed yet), which would be a block
+ * nothing points to - a leak to a leak checker. (The arena allocates under
+ * its own lock, which the prepare handler takes too.) The test hook is
+ * asked first, without the lock: it may call the library. */
 static struct thread_cache *new_caches(void)
 {
-    struct cache_set *set = hwt__calloc(HWT_SITE_THREAD_CACHES, 1, sizeof *set);
-    if (set == NULL)
+    if (hwt__alloc_should_fail(HWT_SITE_THREAD_CACHES))
         return NULL;
     pthread_mutex_lock(&sets_lock);
-    set->next = sets;
-    if (sets != NULL)
-        sets->prev = set;
-    sets = set;
+    struct cache_set *set = calloc(1, sizeof *set);
+    if (set != NULL) {
+        set->next = sets;
+        if (sets != NULL)
+            sets->prev = set;
+        sets = set;
+    }
     pthread_mutex_unlock(&sets_lock);
-    return set->slot;
+    return set != NULL ? set->slot : NULL;
 }
 
 static void unlink_set(struct cache_set *set)
@@ -242,8 +252,8 @@ static void free_caches(struct thread_cache *slots)
     struct cache_set *set = (struct cache_set *)slots;
     pthread_mutex_lock(&sets_lock);
     unlink_set(set);
+    hwt__free(set); /* under the lock: see new_caches */
     pthread_mutex_unlock(&sets_lock);
-    hwt__free(set);
 }
 static HWT_THREAD_LOCAL unsigned bound_count; /* binds so far (a slot's bound_at) */
 
@@ -1114,15 +1124,26 @@ void hwt__pool_after_fork_in_child(void)
      * list was whole at the fork: the forking thread took its lock
      * (hwt__pool_before_fork), and it is the child's. */
     pthread_mutex_unlock(&sets_lock);
+    /* Every set is the parent's now, the forking thread's too: a set with
+     * a bound slot stays in the list, untouched (its timers are inherited,
+     * and one that the parent destroyed lives on only through such a
+     * binding: freeing the set would leave that timer unreachable, a leak
+     * to a leak checker); the others go. The forking thread starts afresh:
+     * its next bind allocates a set of its own, and its exit flushes
+     * nothing of the parent's. */
     for (struct cache_set *set = sets, *next; set != NULL; set = next) {
         next = set->next;
-        if (set->slot != caches) {
+        bool bound = false;
+        for (unsigned i = 0; i < CACHE_TIMERS; i++)
+            bound |= set->slot[i].timer != NULL;
+        if (!bound) {
             unlink_set(set);
             hwt__free(set);
         }
     }
-    if (caches != NULL)
-        memset(caches, 0, CACHE_TIMERS * sizeof *caches);
+    if (caches != NULL && atomic_load(&cache_key_made))
+        (void)pthread_setspecific(cache_key, NULL);
+    caches = NULL;
     bound_count = 0;
     /* Another thread of the parent may have held it at the fork: it is
      * gone, and the child's first timer must still get its key. */

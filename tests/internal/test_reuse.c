@@ -358,6 +358,106 @@ static void test_a_stopped_timer_keeps_nothing_for_reuse(void **state)
     hwtt_destroy(timer);
 }
 
+/* ------------------------------------------------- the pattern, at speed */
+
+enum { CHURN_THREADS = 4, CHURN_ROUNDS = 20000, CHURN_RING = 16 };
+
+/* Per schedule: how often it ran (0 or 1), and whether its cancel won. */
+struct churn_slot {
+    atomic_int ran;
+    bool cancelled;
+};
+static struct churn_slot churn_slots[CHURN_THREADS][CHURN_ROUNDS];
+
+static void churn_run(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    atomic_fetch_add(&((struct churn_slot *)arg)->ran, 1);
+}
+
+struct churner {
+    pthread_t thread;
+    hwt_timer *timer;
+    unsigned index;
+    int failures;
+};
+
+/* Schedules 0-3 ms away, and cancels and releases the timeout scheduled
+ * CHURN_RING before (which may have run, or be running): with the worker
+ * moving, expiring and letting go meanwhile, revivals race all of it. */
+static void *churn_main(void *p)
+{
+    struct churner *c = p;
+    hwt_timeout *ring[CHURN_RING] = {0};
+    unsigned seed = c->index + 1;
+    for (unsigned i = 0; i < CHURN_ROUNDS; i++) {
+        hwt_timeout **slot = &ring[i % CHURN_RING];
+        if (*slot != NULL) {
+            churn_slots[c->index][i - CHURN_RING].cancelled = hwt_timeout_cancel(*slot);
+            hwt_timeout_release(*slot);
+        }
+        seed = seed * 1103515245 + 12345;
+        if (hwt_new_timeout(c->timer, churn_run, &churn_slots[c->index][i], (seed >> 16) % 4000,
+                            HWT_MICROSECONDS, slot) != 0) {
+            c->failures++;
+            *slot = NULL;
+        }
+    }
+    for (unsigned i = CHURN_ROUNDS; i < CHURN_ROUNDS + CHURN_RING; i++) {
+        hwt_timeout *t = ring[i % CHURN_RING];
+        if (t != NULL) {
+            churn_slots[c->index][i - CHURN_RING].cancelled = hwt_timeout_cancel(t);
+            hwt_timeout_release(t);
+        }
+    }
+    return NULL;
+}
+
+/* Every timeout ends exactly one way: run once, or cancelled and never
+ * run; the counts agree. */
+static void test_churning_threads_end_each_timeout_one_way(void **state)
+{
+    (void)state;
+    memset(churn_slots, 0, sizeof churn_slots);
+    hwt_timer *timer = hwtt_track(hwtt_timer(1, HWT_MILLISECONDS, 64));
+    struct churner c[CHURN_THREADS];
+    for (unsigned i = 0; i < CHURN_THREADS; i++) {
+        c[i] = (struct churner){.timer = timer, .index = i};
+        assert_int_equal(pthread_create(&c[i].thread, NULL, churn_main, &c[i]), 0);
+    }
+    for (unsigned i = 0; i < CHURN_THREADS; i++) {
+        assert_int_equal(pthread_join(c[i].thread, NULL), 0);
+        assert_int_equal(c[i].failures, 0);
+    }
+    uint64_t cancelled = 0;
+    for (unsigned i = 0; i < CHURN_THREADS; i++)
+        for (unsigned k = 0; k < CHURN_ROUNDS; k++)
+            cancelled += churn_slots[i][k].cancelled;
+    uint64_t total = (uint64_t)CHURN_THREADS * CHURN_ROUNDS;
+    assert_true(hwtt_wait_until(({
+                                    hwt_stats s;
+                                    hwt_timer_stats(timer, &s);
+                                    s.expired + s.cancelled == total;
+                                }),
+                                hwtt_slack_ms(10000)));
+    int wrong = 0;
+    for (unsigned i = 0; i < CHURN_THREADS; i++)
+        for (unsigned k = 0; k < CHURN_ROUNDS; k++)
+            wrong += atomic_load(&churn_slots[i][k].ran) != (churn_slots[i][k].cancelled ? 0 : 1);
+    hwt_stats s;
+    hwt_timer_stats(timer, &s);
+    print_message("  %llu scheduled, %llu revived, %llu cancelled, %llu ran\n",
+                  (unsigned long long)s.scheduled, (unsigned long long)revived(timer),
+                  (unsigned long long)s.cancelled, (unsigned long long)s.expired);
+    assert_int_equal(wrong, 0);
+    assert_int_equal(s.scheduled, total);
+    assert_int_equal(s.cancelled, cancelled);
+    assert_int_equal(s.expired, total - cancelled);
+    assert_int_equal(hwt_pending_timeouts(timer), 0);
+    assert_true(revived(timer) > 0);
+    hwtt_destroy(timer);
+}
+
 int main(void)
 {
     hwtt_watchdog(120);
@@ -375,6 +475,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_an_exiting_thread_lets_go_of_what_it_keeps, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_stopped_timer_keeps_nothing_for_reuse, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_churning_threads_end_each_timeout_one_way, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
