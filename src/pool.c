@@ -179,10 +179,14 @@ struct thread_cache {
     size_t allocated;        /* since it last took from the depot (note_allocated)... */
     int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
     int64_t given_back_ns;   /* when it last gave what it holds back */
-    /* A cancelled timeout still queued, whose handle the thread released:
-     * its next schedule on the timer revives it (timeout.c, "Reuse"). It
-     * holds the handle's reference; dropped whenever the cache gives back
-     * (drop_kept). */
+    /* The timeout the thread scheduled last on `timer` (allocated or
+     * revived; compared, never dereferenced)... */
+    const hwt_timeout *latest;
+    /* ...and that one, if it was cancelled while still queued and its
+     * handle released: the thread's next schedule on the timer revives it
+     * (timeout.c, "Reuse"), unless the thread has scheduled another since.
+     * It holds the handle's reference; dropped whenever the cache gives
+     * back (drop_kept). */
     hwt_timeout *kept;
 };
 
@@ -1171,8 +1175,10 @@ void hwt__pool_log_no_key(const hwt_timer *timer, int err)
 bool hwt__pool_keep_for_reuse(hwt_timer *timer, hwt_timeout *timeout)
 {
     struct thread_cache *c = cache_of(timer);
-    /* A stopped timer's: no schedule will revive it. */
-    if (c == NULL || c->kept != NULL ||
+    /* Only the thread's latest: revived where it is queued, one scheduled
+     * after it would be moved, and run, before the thread's later ones.
+     * Not a stopped timer's: no schedule will revive it. */
+    if (c == NULL || c->latest != timeout || c->kept != NULL ||
         atomic_load_explicit(&timer->state, memory_order_relaxed) == HWT_STATE_SHUTDOWN)
         return false;
     c->kept = timeout;
@@ -1184,6 +1190,10 @@ hwt_timeout *hwt__pool_take_kept(hwt_timer *timer)
     struct thread_cache *c = cache_of(timer);
     if (c == NULL || c->kept == NULL)
         return NULL;
+    if (c->kept != c->latest) { /* the thread scheduled another since */
+        drop_kept(timer, c);
+        return NULL;
+    }
     hwt_timeout *t = c->kept;
     c->kept = NULL;
     return t;
@@ -1272,6 +1282,7 @@ int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no
     }
     memset(t, 0, sizeof *t);
     c->allocated++;
+    c->latest = t;
     *out = t;
     return 0;
 }

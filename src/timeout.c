@@ -102,25 +102,30 @@ static int fail(struct hwt__stripe *stripe, int rc)
 
 /* ------------------------------------------------------------------ reuse
  *
- * A request timeout is scheduled, cancelled and released, and the next
- * request's scheduled, by the same thread, thousands of times a second;
- * the worker moves new timeouts after a burst (a cancel latency later),
- * so the cancelled ones are still queued and their memory cannot go back
- * to the pool, and each schedule would take new memory (a page the host
- * may have to fault in, on a VM). So the release of a handle whose timeout
- * was cancelled while still queued (never TRANSFERRED; no cancelled
- * callback the worker owes; never rescheduled) lets the releasing thread
- * keep it, its handle's reference with it, in its cache of the timer (one
- * at a time: hwt__pool_keep_for_reuse), and that thread's next schedule on
- * the timer revives it where it is queued: it writes the new deadline,
- * task and argument while the timeout is CANCELLED (nobody reads them
- * then), and one CAS makes it INIT again; the handle's reference becomes
- * the new handle's. The worker, finding a cancelled timeout in a queue
- * that someone else holds a reference to, marks it DROPPED with a CAS of
- * its own before it lets go of it (worker.c, cancelled_for_good): of the
- * two CASes one wins. A revived timeout is counted in its stripe's
- * `revived` (the stop waits for it as for a push) before its CAS, so that
- * it is counted scheduled before it can end; a call whose CAS loses counts
+ * A thread that handles one request at a time schedules its timeout,
+ * cancels it when the reply comes, releases the handle and schedules the
+ * next request's, thousands of times a second. The worker moves new
+ * timeouts after a burst (a cancel latency later), so the cancelled ones
+ * are still queued, their memory cannot go back to the pool, and each
+ * schedule would take new memory (a page the host may have to fault in,
+ * on a VM) and leave the worker one more timeout to walk. So the release of
+ * a handle whose timeout was cancelled while still queued (never
+ * TRANSFERRED; no cancelled callback the worker owes; never rescheduled)
+ * and is the thread's latest on the timer lets the thread keep it, its
+ * handle's reference with it, in its cache of the timer
+ * (hwt__pool_keep_for_reuse), and the thread's next schedule on the timer,
+ * if it is still the latest, revives it where it is queued: it writes the
+ * new deadline, task and argument while the timeout is CANCELLED (nobody
+ * reads them then), and one CAS makes it INIT again; the handle's reference
+ * becomes the new handle's. Only the latest: a timeout revived where an
+ * older one was queued would be moved into the wheel, and run in its tick,
+ * before those the thread scheduled in between (one thread's timeouts keep
+ * their order). The worker, finding a cancelled timeout in a queue that
+ * someone else holds a reference to, marks it DROPPED with a CAS of its
+ * own before it lets go of it (worker.c, cancelled_for_good): of the two
+ * CASes one wins. A revived timeout is counted in its stripe's `revived`
+ * (the stop waits for it as for a push) before its CAS, so that it is
+ * counted scheduled before it can end; a call whose CAS loses counts
  * itself failed, takes the count back and schedules anew. */
 
 /* A cancelled timeout's handle may be kept to revive it: cancelled while

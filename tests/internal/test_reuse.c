@@ -2,8 +2,9 @@
  * test_reuse.c - a cancelled timeout still queued, whose handle its thread
  * released, is revived by that thread's next schedule on the timer
  * (timeout.c, "Reuse"): the request-timeout pattern reuses its memory
- * instead of taking new. What may be kept (no cancelled callback owed, a
- * handle to return it through), what is counted (scheduled, pending), and
+ * instead of taking new. What may be kept (the thread's latest, no
+ * cancelled callback owed, a handle to return it through), that the
+ * thread's order holds, what is counted (scheduled, pending), and
  * the two races with the worker, each forced with the step hook (steps.h)
  * pausing the schedule between its count and its CAS: the worker letting
  * go of the kept timeout first, and a stop's final drain. A thread that
@@ -135,8 +136,8 @@ static void test_the_next_schedule_revives_a_released_cancelled_timeout(void **s
 }
 
 /* Only a call that returns a handle revives (the kept reference becomes
- * the handle's); a timeout whose cancelled callback the worker owes is
- * never kept. */
+ * the handle's), and only the thread's latest timeout, while it still is;
+ * a timeout whose cancelled callback the worker owes is never kept. */
 static void test_what_is_not_revived(void **state)
 {
     (void)state;
@@ -152,16 +153,24 @@ static void test_what_is_not_revived(void **state)
     assert_true(hwt_timeout_cancel(t));
     hwt_timeout_release(t); /* kept */
 
+    /* Without a handle: not revived, and now the latest. */
     assert_int_equal(hwt_new_timeout(timer, note_run, &r, 1, HWT_HOURS, NULL), 0);
     assert_int_equal(revived(timer), 0);
     assert_int_equal(hwt_new_timeout(timer, note_run, &r, 1, HWT_HOURS, &t), 0);
-    assert_int_equal(revived(timer), 1);
+    assert_int_equal(revived(timer), 0);
+
+    /* Not the latest when released: not kept. */
+    hwt_timeout *older = t;
+    assert_int_equal(hwt_new_timeout(timer, note_run, &r, 1, HWT_HOURS, &t), 0);
+    assert_true(hwt_timeout_cancel(older));
+    hwt_timeout_release(older);
+    assert_false(hwt__pool_kept(timer, older));
     hwt_timeout_release(t);
 
     hwt_stats s;
     hwt_timer_stats(timer, &s);
-    assert_int_equal(s.scheduled, 4);
-    assert_int_equal(s.cancelled, 2);
+    assert_int_equal(s.scheduled, 5);
+    assert_int_equal(s.cancelled, 3);
     assert_int_equal(hwt_pending_timeouts(timer), 2);
     hwtt_destroy(timer);
 }
@@ -183,6 +192,54 @@ static void test_a_revived_timeout_counts_against_the_limit(void **state)
     assert_int_equal(hwt_pending_timeouts(timer), 1);
     assert_int_equal(hwt_new_timeout(timer, note_run, &r, 1, HWT_HOURS, NULL), HWT_EREJECTED);
     hwt_timeout_release(t);
+    hwtt_destroy(timer);
+}
+
+struct order {
+    atomic_int next;
+    atomic_int at[2];
+};
+
+static void note_order_0(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct order *o = arg;
+    atomic_store(&o->at[0], atomic_fetch_add(&o->next, 1) + 1);
+}
+
+static void note_order_1(hwt_timeout *timeout, void *arg)
+{
+    (void)timeout;
+    struct order *o = arg;
+    atomic_store(&o->at[1], atomic_fetch_add(&o->next, 1) + 1);
+}
+
+/* One thread's timeouts keep their order: a cancelled timeout that is not
+ * the thread's latest is not revived (it would be moved into the wheel,
+ * and run in the tick, before the one scheduled after it). A and B, 20 ms
+ * away, scheduled back to back (one tick of 10 ms, but for a boundary
+ * between them), with an older timeout cancelled and released in between:
+ * A runs first. */
+static void test_a_revival_keeps_the_threads_order(void **state)
+{
+    (void)state;
+    hwt_timer *timer = hwtt_track(hwtt_timer(10, HWT_MILLISECONDS, 64));
+    for (int round = 0; round < 20; round++) {
+        struct ran r = {0};
+        struct order o = {0};
+        hwt_timeout *old, *a, *b;
+        assert_int_equal(hwt_new_timeout(timer, note_run, &r, 1, HWT_HOURS, &old), 0);
+        assert_int_equal(hwt_new_timeout(timer, note_order_0, &o, 20, HWT_MILLISECONDS, &a), 0);
+        assert_true(hwt_timeout_cancel(old));
+        hwt_timeout_release(old);
+        assert_int_equal(hwt_new_timeout(timer, note_order_1, &o, 20, HWT_MILLISECONDS, &b), 0);
+        assert_true(hwtt_wait_until(atomic_load(&o.next) == 2, hwtt_slack_ms(5000)));
+        assert_int_equal(atomic_load(&o.at[0]), 1);
+        assert_int_equal(atomic_load(&o.at[1]), 2);
+        hwt_timeout_release(a);
+        hwt_timeout_release(b);
+    }
+    assert_int_equal(revived(timer), 0);
     hwtt_destroy(timer);
 }
 
@@ -362,6 +419,14 @@ static void test_a_stopped_timer_keeps_nothing_for_reuse(void **state)
 
 enum { CHURN_THREADS = 4, CHURN_ROUNDS = 20000, CHURN_RING = 16 };
 
+/* Threads 0 and 1 cancel each timeout before the next schedule (a ring of
+ * one: the latest, revived), 2 and 3 the one CHURN_RING before (never
+ * revived, as it is not the latest). */
+static unsigned churn_ring_of(unsigned thread)
+{
+    return thread < 2 ? 1 : CHURN_RING;
+}
+
 /* Per schedule: how often it ran (0 or 1), and whether its cancel won. */
 struct churn_slot {
     atomic_int ran;
@@ -383,17 +448,18 @@ struct churner {
 };
 
 /* Schedules 0-3 ms away, and cancels and releases the timeout scheduled
- * CHURN_RING before (which may have run, or be running): with the worker
+ * a ring before (which may have run, or be running): with the worker
  * moving, expiring and letting go meanwhile, revivals race all of it. */
 static void *churn_main(void *p)
 {
     struct churner *c = p;
     hwt_timeout *ring[CHURN_RING] = {0};
+    unsigned n = churn_ring_of(c->index);
     unsigned seed = c->index + 1;
     for (unsigned i = 0; i < CHURN_ROUNDS; i++) {
-        hwt_timeout **slot = &ring[i % CHURN_RING];
+        hwt_timeout **slot = &ring[i % n];
         if (*slot != NULL) {
-            churn_slots[c->index][i - CHURN_RING].cancelled = hwt_timeout_cancel(*slot);
+            churn_slots[c->index][i - n].cancelled = hwt_timeout_cancel(*slot);
             hwt_timeout_release(*slot);
         }
         seed = seed * 1103515245 + 12345;
@@ -403,10 +469,10 @@ static void *churn_main(void *p)
             *slot = NULL;
         }
     }
-    for (unsigned i = CHURN_ROUNDS; i < CHURN_ROUNDS + CHURN_RING; i++) {
-        hwt_timeout *t = ring[i % CHURN_RING];
+    for (unsigned i = CHURN_ROUNDS; i < CHURN_ROUNDS + n; i++) {
+        hwt_timeout *t = ring[i % n];
         if (t != NULL) {
-            churn_slots[c->index][i - CHURN_RING].cancelled = hwt_timeout_cancel(t);
+            churn_slots[c->index][i - n].cancelled = hwt_timeout_cancel(t);
             hwt_timeout_release(t);
         }
     }
@@ -468,6 +534,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_what_is_not_revived, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_revived_timeout_counts_against_the_limit, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_revival_keeps_the_threads_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_worker_letting_go_first_leaves_nothing_lost,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_stop_during_a_revival_leaves_nothing_lost, setup,
