@@ -56,10 +56,7 @@ enum {
     HWT_TO_BUSY_ONE = 64,
     HWT_TO_BUSY = 63 * 64, /* bits 6..11: the count */
     HWT_TO_BUSY_MAX = 63,
-    /* With CANCELLED: the worker let go of it while a thread may keep it
-     * to reuse (timeout.c, "Reuse"): it is revived no more. */
-    HWT_TO_DROPPED = 4096,
-    HWT_TO_GEN = 8192 /* bits 13..31: a generation count, wrapping */
+    HWT_TO_GEN = 4096 /* bits 12..31: a generation count, wrapping */
 };
 #define HWT_TO_GEN_MASK (~(uint32_t)(HWT_TO_GEN - 1))
 
@@ -161,10 +158,7 @@ struct hwt__stripe {
     _Atomic uint64_t started;        /* schedule calls past argument checks (those that
                                         succeed are counted by `queue`)... */
     _Atomic uint64_t failed;         /* ...that failed; the stop waits until started ==
-                                        failed + revived + what the worker took from
-                                        `queue` */
-    _Atomic uint64_t revived;        /* successful schedules that reused a cancelled
-                                        timeout still queued (timeout.c, "Reuse") */
+                                        failed + what the worker took from `queue` */
     _Atomic uint64_t cancelled;      /* cancels not pushed on `cancels`, and what stops
                                         dropped or handed back (see hwt__stripe_cancelled) */
     _Atomic uint64_t rejected;

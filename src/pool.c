@@ -179,15 +179,6 @@ struct thread_cache {
     size_t allocated;        /* since it last took from the depot (note_allocated)... */
     int64_t took_ns;         /* ...which it did then (or bound itself; coarse) */
     int64_t given_back_ns;   /* when it last gave what it holds back */
-    /* The timeout the thread scheduled last on `timer` (allocated or
-     * revived; compared, never dereferenced)... */
-    const hwt_timeout *latest;
-    /* ...and that one, if it was cancelled while still queued and its
-     * handle released: the thread's next schedule on the timer revives it
-     * (timeout.c, "Reuse"), unless the thread has scheduled another since.
-     * It holds the handle's reference; dropped whenever the cache gives
-     * back (drop_kept). */
-    hwt_timeout *kept;
 };
 
 /* Timers a thread caches timeouts of at once (HWT_POOL_THREAD_TIMERS): a
@@ -820,27 +811,6 @@ static ck_stack_entry_t *unhook_run(struct thread_cache *c)
     return run;
 }
 
-/* Lets go of the timeout the cache keeps to revive: its reference, and
- * its memory if that was the last (straight to the depot, as a free by a
- * thread with no cache: the cache itself may be on its way back). */
-static void drop_kept(hwt_timer *timer, struct thread_cache *c)
-{
-    hwt_timeout *t = c->kept;
-    if (t == NULL)
-        return;
-    c->kept = NULL;
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
-        t->stack_link.next = NULL;
-        depot_put(timer, (struct mag){&t->stack_link, 1, NULL});
-    }
-}
-
-/* Whether the cache holds anything to give back. */
-static bool holds_any(const struct thread_cache *c)
-{
-    return c->loaded.count + c->spare.count + c->fresh_count > 0 || c->kept != NULL;
-}
-
 /* Puts what the cache holds in the depot: its freed timeouts (two
  * magazines) and its run, unhooked with unhook_run (`run_count` of them:
  * kept, a run keeps its region mapped as much as a freed timeout does).
@@ -864,7 +834,6 @@ static void flush(struct thread_cache *c)
     hwt_timer *timer = c->timer;
     if (timer == NULL)
         return;
-    drop_kept(timer, c);
     struct hwt__pool *pool = &timer->pool;
     size_t run_count = c->fresh_count;
     ck_stack_entry_t *run = unhook_run(c);
@@ -995,7 +964,6 @@ static int bind(hwt_timer *timer, struct thread_cache **out)
  * trim before it sleeps (hwt__pool_give_back_freed). */
 static void give_back_cached(hwt_timer *timer, struct thread_cache *c, bool with_run)
 {
-    drop_kept(timer, c);
     struct hwt__region *gone = NULL;
     size_t run_count = with_run ? c->fresh_count : 0;
     ck_stack_entry_t *run = with_run ? unhook_run(c) : NULL;
@@ -1021,8 +989,6 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer)
             flush(&caches[i]);
     struct thread_cache *c = NULL;
     (void)bind(timer, &c);
-    if (c != NULL)
-        drop_kept(timer, c);
     struct hwt__pool *pool = &timer->pool;
     struct hwt__region *gone = NULL;
     size_t returned = 0, run_count = c != NULL ? c->fresh_count : 0;
@@ -1067,7 +1033,7 @@ static void give_back_others(const struct thread_cache *c, int64_t now)
             continue; /* c stays bound: the array stays */
         }
         o->given_back_ns = now;
-        if (holds_any(o))
+        if (o->loaded.count + o->spare.count + o->fresh_count > 0)
             give_back_cached(o->timer, o, true);
     }
 }
@@ -1081,7 +1047,7 @@ static void give_back_if_due(hwt_timer *timer, struct thread_cache *c, int64_t n
     if (now - c->given_back_ns < CACHE_GIVE_BACK_NS)
         return;
     c->given_back_ns = now;
-    if (holds_any(c))
+    if (c->loaded.count + c->spare.count + c->fresh_count > 0)
         give_back_cached(timer, c, true);
     give_back_others(c, now);
 }
@@ -1172,39 +1138,6 @@ void hwt__pool_log_no_key(const hwt_timer *timer, int err)
              strerror(err));
 }
 
-bool hwt__pool_keep_for_reuse(hwt_timer *timer, hwt_timeout *timeout)
-{
-    struct thread_cache *c = cache_of(timer);
-    /* Only the thread's latest: revived where it is queued, one scheduled
-     * after it would be moved, and run, before the thread's later ones.
-     * Not a stopped timer's: no schedule will revive it. */
-    if (c == NULL || c->latest != timeout || c->kept != NULL ||
-        atomic_load_explicit(&timer->state, memory_order_relaxed) == HWT_STATE_SHUTDOWN)
-        return false;
-    c->kept = timeout;
-    return true;
-}
-
-hwt_timeout *hwt__pool_take_kept(hwt_timer *timer)
-{
-    struct thread_cache *c = cache_of(timer);
-    if (c == NULL || c->kept == NULL)
-        return NULL;
-    if (c->kept != c->latest) { /* the thread scheduled another since */
-        drop_kept(timer, c);
-        return NULL;
-    }
-    hwt_timeout *t = c->kept;
-    c->kept = NULL;
-    return t;
-}
-
-bool hwt__pool_kept(const hwt_timer *timer, const hwt_timeout *timeout)
-{
-    const struct thread_cache *c = cache_of(timer);
-    return c != NULL && c->kept == timeout;
-}
-
 size_t hwt__pool_thread_cached(hwt_timer *timer)
 {
     const struct thread_cache *c = cache_of(timer);
@@ -1282,7 +1215,6 @@ int hwt__timeout_alloc(hwt_timer *timer, int64_t now, hwt_timeout **out, int *no
     }
     memset(t, 0, sizeof *t);
     c->allocated++;
-    c->latest = t;
     *out = t;
     return 0;
 }

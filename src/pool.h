@@ -163,19 +163,6 @@ int64_t hwt__pool_give_back_freed(hwt_timer *timer);
 #define HWT_POOL_BUSY_KEEP_BYTES (UINT64_C(16) << 20)
 
 /* For tests: how many timeouts of `timer` the calling thread caches. */
-/* The calling thread's cache of `timer` keeps a cancelled timeout, with its
- * released handle's reference, for the thread's next schedule on the timer
- * to revive (timeout.c, "Reuse"): true, or false (nothing kept) when it is
- * not the thread's latest timeout of the timer, the thread keeps one
- * already, or the timer is stopped. */
-bool hwt__pool_keep_for_reuse(hwt_timer *timer, hwt_timeout *timeout);
-/* Takes the timeout the calling thread's cache keeps (its reference is
- * the caller's), or NULL; NULL too, letting go of it, when the thread has
- * scheduled another on the timer since. */
-hwt_timeout *hwt__pool_take_kept(hwt_timer *timer);
-/* Whether the calling thread's cache keeps `timeout` (a debug build's check
- * for a handle released twice). */
-bool hwt__pool_kept(const hwt_timer *timer, const hwt_timeout *timeout);
 size_t hwt__pool_thread_cached(hwt_timer *timer);
 
 #endif

@@ -52,8 +52,6 @@ typedef enum {
     HWT_STEP_KICKING,           /* a waker bumped the futex word, before its wake-up call */
     HWT_STEP_DESTROY_UNLINKING, /* a destroy counted its timer out of the live ones, before it
                                    unlinks it from their list */
-    HWT_STEP_SCHEDULE_REVIVING, /* a schedule counted the cancelled timeout it keeps as revived,
-                                   before its CAS on the state (timeout.c, "Reuse") */
     HWT_STEP_COUNT
 } hwt__step;
 

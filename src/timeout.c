@@ -100,71 +100,8 @@ static int fail(struct hwt__stripe *stripe, int rc)
     return rc;
 }
 
-/* ------------------------------------------------------------------ reuse
- *
- * A thread that handles one request at a time schedules its timeout,
- * cancels it when the reply comes, releases the handle and schedules the
- * next request's, thousands of times a second. The worker moves new
- * timeouts after a burst (a cancel latency later), so the cancelled ones
- * are still queued, their memory cannot go back to the pool, and each
- * schedule would take new memory (a page the host may have to fault in,
- * on a VM) and leave the worker one more timeout to walk. So the release of
- * a handle whose timeout was cancelled while still queued (never
- * TRANSFERRED; no cancelled callback the worker owes; never rescheduled)
- * and is the thread's latest on the timer lets the thread keep it, its
- * handle's reference with it, in its cache of the timer
- * (hwt__pool_keep_for_reuse), and the thread's next schedule on the timer,
- * if it is still the latest, revives it where it is queued: it writes the
- * new deadline, task and argument while the timeout is CANCELLED (nobody
- * reads them then), and one CAS makes it INIT again; the handle's reference
- * becomes the new handle's. Only the latest: a timeout revived where an
- * older one was queued would be moved into the wheel, and run in its tick,
- * before those the thread scheduled in between (one thread's timeouts keep
- * their order). The worker, finding a cancelled timeout in a queue that
- * someone else holds a reference to, marks it DROPPED with a CAS of its
- * own before it lets go of it (worker.c, cancelled_for_good): of the two
- * CASes one wins. A revived timeout is counted in its stripe's `revived`
- * (the stop waits for it as for a push) before its CAS, so that it is
- * counted scheduled before it can end; a call whose CAS loses counts
- * itself failed, takes the count back and schedules anew. */
-
-/* A cancelled timeout's handle may be kept to revive it: cancelled while
- * queued (nothing else set), and held by the handle and the queue only. */
-static bool may_revive_later(hwt_timeout *t)
-{
-    return atomic_load_explicit(&t->state, memory_order_relaxed) == HWT_TO_CANCELLED &&
-           atomic_load_explicit(&t->refs, memory_order_relaxed) == 2;
-}
-
-/* Revives `t` (kept by this thread) as the new timeout: true, or false
- * when the worker let go of it first (the call is then counted failed, and
- * `t` let go of). */
-static bool revive(hwt_timer *timer, struct hwt__stripe *stripe, hwt_timeout *t, uint16_t task,
-                   void *arg, int64_t deadline, uint32_t state)
-{
-    t->task = task;
-    t->arg = arg;
-    __atomic_store_n(&t->node.deadline, deadline, __ATOMIC_RELAXED);
-    hwt__stripe_add(&stripe->revived, 1);
-    hwt__step_reached(HWT_STEP_SCHEDULE_REVIVING, timer);
-    uint32_t expected = HWT_TO_CANCELLED;
-    if (atomic_compare_exchange_strong(&t->state, &expected, state))
-        return true;
-    /* Failed, then not revived: the stop's final drain waits until the two
-     * balance again (worker.c, take_queues_for_stop). */
-    hwt__stripe_add(&stripe->failed, 1);
-    atomic_fetch_sub_explicit(&stripe->revived, 1, memory_order_release);
-    hwt__timeout_unref(t);
-    return false;
-}
-
-/* Not an error of the API's (they are negative): schedule_once's "again". */
-enum { TRY_AGAIN = 1 };
-
-/* hwt__schedule's one try: TRY_AGAIN when the timeout it revived was
- * let go of first (see "Reuse"), and it must try again without. */
-static int schedule_once(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
-                         int64_t delay_ns, hwt_timeout **out, bool may_revive)
+int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
+                  int64_t delay_ns, hwt_timeout **out)
 {
     /* Announce ourselves before looking at the state: a stop sets SHUTDOWN,
      * then its final drain waits until every announced call has queued its
@@ -188,28 +125,7 @@ static int schedule_once(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelle
     uint16_t task;
     if (!hwt__task_intern(timer, run, cancelled, &task))
         return fail(stripe, HWT_ENOMEM);
-    uint32_t state = cancelled != NULL ? HWT_TO_INIT | HWT_TO_CANCEL_CB : HWT_TO_INIT;
-    int64_t deadline = hwt__sat_add(now, delay_ns);
-    /* A past deadline fires on the next tick either way; keeping it at "now"
-     * makes lateness (start - max(deadline, scheduled)) one subtraction. */
-    if (deadline < now)
-        deadline = now;
-    hwt_timeout *t = may_revive ? hwt__pool_take_kept(timer) : NULL;
-    if (t != NULL) {
-        int rc = reserve_pending(timer, stripe);
-        if (rc != 0) {
-            hwt__timeout_unref(t);
-            return fail(stripe, rc);
-        }
-        if (!revive(timer, stripe, t, task, arg, deadline, state)) {
-            hwt__pending_sub(timer, 1);
-            return TRY_AGAIN;
-        }
-        *out = t;
-        note_queued_deadline(stripe, deadline);
-        maybe_wake_for(timer, deadline, 0);
-        return 0;
-    }
+    hwt_timeout *t;
     int no_key = 0;
     int rc = hwt__timeout_alloc(timer, abs_now, &t, &no_key);
     if (rc != 0) {
@@ -234,11 +150,18 @@ static int schedule_once(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelle
     }
     t->task = task;
     t->arg = arg;
+    int64_t deadline = hwt__sat_add(now, delay_ns);
+    /* A past deadline fires on the next tick either way; keeping it at "now"
+     * makes lateness (start - max(deadline, scheduled)) one subtraction. */
+    if (deadline < now)
+        deadline = now;
     t->node.deadline = deadline;
     /* The queue's in-flight reference, and the caller's handle. Once queued
      * the timeout may run and be recycled at any moment: not touched again. */
     atomic_store_explicit(&t->refs, out != NULL ? 2 : 1, memory_order_relaxed);
-    atomic_store_explicit(&t->state, state, memory_order_relaxed);
+    atomic_store_explicit(&t->state,
+                          cancelled != NULL ? HWT_TO_INIT | HWT_TO_CANCEL_CB : HWT_TO_INIT,
+                          memory_order_relaxed);
     if (out != NULL)
         *out = t;
 
@@ -250,17 +173,6 @@ static int schedule_once(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelle
     note_queued_deadline(stripe, deadline);
     maybe_wake_for(timer, deadline, pushes);
     return 0;
-}
-
-int hwt__schedule(hwt_timer *timer, hwt_task_fn run, hwt_task_fn cancelled, void *arg,
-                  int64_t delay_ns, hwt_timeout **out)
-{
-    /* Only a call that returns a handle revives: the handle takes over the
-     * kept one's reference. */
-    int rc = schedule_once(timer, run, cancelled, arg, delay_ns, out, out != NULL);
-    if (rc == TRY_AGAIN)
-        rc = schedule_once(timer, run, cancelled, arg, delay_ns, out, false);
-    return rc;
 }
 
 bool hwt_timeout_cancel(hwt_timeout *timeout)
@@ -565,22 +477,8 @@ void hwt__timeout_unref(hwt_timeout *timeout)
 
 void hwt_timeout_release(hwt_timeout *timeout)
 {
-    if (timeout == NULL)
-        return;
-    hwt_timer *timer = hwt__timer_of(timeout);
-#ifdef HWT_DEBUG
-    if (hwt__pool_kept(timer, timeout)) { /* its handle was released already */
-        hwt__log(timer, HWT_LOG_ERROR,
-                 "hwt_timeout_release: timeout %p released more often than referenced",
-                 (void *)timeout);
-        return;
-    }
-#endif
-    /* Kept to be revived by this thread's next schedule ("Reuse"). */
-    if (may_revive_later(timeout) && !hwt__inherited(timer) &&
-        hwt__pool_keep_for_reuse(timer, timeout))
-        return;
-    hwt__timeout_unref(timeout);
+    if (timeout != NULL)
+        hwt__timeout_unref(timeout);
 }
 
 void hwt_timeouts_release(hwt_timeout **timeouts, size_t count)

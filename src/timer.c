@@ -642,16 +642,13 @@ static void free_timer(hwt_timer *timer)
 
 /* ---------------------------------------------------------------- stats */
 
-/* Timeouts ever queued: a schedule counts once its timeout is queued, or
- * as it revives one still queued (timeout.c, "Reuse"), before the call
- * returns (a call that fails never counts: one whose revival lost counts
- * for a moment, before its timeout could end). */
+/* Timeouts ever queued: a schedule counts once its timeout is queued,
+ * before the call returns (a call that fails never counts). */
 static uint64_t queued_ever(hwt_timer *timer)
 {
     uint64_t queued = 0;
     for (unsigned i = 0; i < HWT_STRIPES; i++)
-        queued += hwt__stack_pushes(&timer->stripes[i].queue) +
-                  atomic_load_explicit(&timer->stripes[i].revived, memory_order_acquire);
+        queued += hwt__stack_pushes(&timer->stripes[i].queue);
     return queued;
 }
 
@@ -746,7 +743,8 @@ void hwt_timer_stats(const hwt_timer *ctimer, hwt_stats *stats)
         stats->cancelled += hwt__stripe_cancelled(&timer->stripes[i]);
         stats->rejected += atomic_load(&timer->stripes[i].rejected);
     }
-    stats->scheduled = queued_ever(timer); /* revived ones too (timeout.c, "Reuse") */
+    for (unsigned i = 0; i < HWT_STRIPES; i++)
+        stats->scheduled += hwt__stack_pushes(&timer->stripes[i].queue);
     stats->wakeups = atomic_load(&timer->wakeups);
     stats->late_max_ns = atomic_load(&timer->late_max_ns);
     /* The worker's readiness alone, not the state: a fork child made while

@@ -64,27 +64,6 @@ static void let_go_cancelled(hwt_timer *timer, hwt_timeout *t)
         timer->worker.awaiting_cancel++; /* process_cancels drops it */
 }
 
-/* Whether a timeout the worker found not pending is cancelled for good:
- * true, or false when a schedule revived it (timeout.c, "Reuse"), so that
- * it is pending again. A cancelled timeout that was never transferred, and
- * whose handle another holds (refs above the in-flight 1: the handle, or a
- * thread's cache keeping it to reuse), may be revived until the worker
- * marks it DROPPED: one CAS decides between the two. */
-static bool cancelled_for_good(hwt_timeout *t)
-{
-    uint32_t s = atomic_load_explicit(&t->state, memory_order_acquire);
-    for (;;) {
-        if ((s & HWT_TO_LIFE) == HWT_TO_INIT)
-            return false;
-        /* The in-flight reference alone: nobody else may take one, so
-         * nobody can revive it. */
-        if (s != HWT_TO_CANCELLED || atomic_load_explicit(&t->refs, memory_order_acquire) == 1)
-            return true;
-        if (atomic_compare_exchange_weak(&t->state, &s, HWT_TO_CANCELLED | HWT_TO_DROPPED))
-            return true;
-    }
-}
-
 /* Sets or clears a timeout's HWT_W_DEFERRED and keeps worker.deferred, the
  * count of them that the final drain waits for, in step. */
 static void set_deferred(hwt_timer *timer, hwt_timeout *t, bool deferred)
@@ -411,8 +390,8 @@ static ck_stack_entry_t *reverse_live(hwt_timer *timer, unsigned i, ck_stack_ent
     for (; newest_first != NULL; count++) {
         ck_stack_entry_t *next = newest_first->next;
         hwt_timeout *t = hwt__timeout_of_queue_link(newest_first);
-        if (cancelled_for_good(t)) {
-            let_go_cancelled(timer, t); /* order does not matter */
+        if ((atomic_load_explicit(&t->state, memory_order_relaxed) & HWT_TO_LIFE) != HWT_TO_INIT) {
+            let_go_cancelled(timer, t); /* cancelled for good: order does not matter */
             ++*dropped;
         } else if (hwt__deadline_of(t) < soon_before) {
             if (soon_last == NULL)
@@ -507,10 +486,7 @@ static uint32_t transfer(hwt_timer *timer, uint32_t budget, bool *took)
                 hwt_timeout *t = take_queued(timer, i, &took[i], &dropped);
                 if (t == NULL)
                     break;
-                bool pending;
-                while (!(pending = mark_transferred(t)) && !cancelled_for_good(t)) {
-                }
-                if (pending) {
+                if (mark_transferred(t)) {
                     n++;
                     file_or_run(timer, t);
                 } else {
@@ -795,11 +771,9 @@ static void take_for_stop(void *ctx, hwt_timeout *t)
 {
     hwt_timer *timer = ctx;
     uint32_t state;
-    while (!hwt__timeout_leave_init(t, HWT_TO_CANCELLED, &state)) {
-        if (cancelled_for_good(t)) {
-            let_go_cancelled(timer, t);
-            return;
-        }
+    if (!hwt__timeout_leave_init(t, HWT_TO_CANCELLED, &state)) {
+        let_go_cancelled(timer, t);
+        return;
     }
     t->wflags |= HWT_W_RELEASED;
     owe_moved_entry(timer, t, state);
@@ -812,16 +786,14 @@ static void take_node_for_stop(void *ctx, struct hwt__wheel_node *node)
 }
 
 /* Takes for the stop every timeout queued on the stripes, until every
- * schedule call that saw the timer running has had its timeout taken, or
- * revived one still queued, or failed: after SHUTDOWN no other can start,
- * and those that start fail. A stripe's failed and revived counts are read
- * before its started count: a call counts itself started before either, so
- * every call counted in them, and every one whose timeout was taken, is
- * then counted in `started` too, and the two sides balance only when no
- * call is left out. (Read the other way, a call that starts and fails
- * between the two reads would balance one still on its way to the push.)
- * A revival that loses to this drain's letting go of its timeout counts
- * itself failed, then schedules anew, and finds the timer stopped. */
+ * schedule call that saw the timer running has had its timeout taken or
+ * failed: after SHUTDOWN no other can start, and those that start fail.
+ * A stripe's failed count is read before its started count: a call counts
+ * itself started before failed, so every call counted in `failed`, and
+ * every one whose timeout was taken, is then counted in `started` too, and
+ * the two sides balance only when no call is left out. (Read the other way,
+ * a call that starts and fails between the two reads would balance one
+ * still on its way to the push.) */
 static void take_queues_for_stop(hwt_timer *timer)
 {
     for (unsigned i = 0; i < HWT_STRIPES; i++) {
@@ -833,8 +805,7 @@ static void take_queues_for_stop(hwt_timer *timer)
             while ((t = take_queued(timer, i, NULL, &dropped)) != NULL)
                 take_for_stop(timer, t);
             hwt__step_reached(HWT_STEP_STOP_COUNTING, timer);
-            uint64_t revived = atomic_load_explicit(&s->revived, memory_order_acquire);
-            if (atomic_load(&s->started) == failed + revived + timer->worker.took[i])
+            if (atomic_load(&s->started) == failed + timer->worker.took[i])
                 break;
             sched_yield();
         }

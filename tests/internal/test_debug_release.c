@@ -129,30 +129,6 @@ static void test_double_release_of_a_handle(void **state)
     assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 2);
 }
 
-/* A handle released twice after a cancel, by the thread that scheduled it:
- * the first release keeps the timeout for the thread's next schedule to
- * revive (timeout.c, "Reuse"), the second is caught there. */
-static void test_double_release_of_a_kept_handle(void **state)
-{
-    (void)state;
-    hwt_timer *t = debug_timer();
-    static hwtt_rec r;
-    memset(&r, 0, sizeof r);
-    hwt_timeout *h = NULL;
-    assert_int_equal(hwt_new_timeout(t, hwtt_rec_run, &r, 1, HWT_HOURS, &h), 0);
-    assert_true(hwt_timeout_cancel(h));
-    hwt_timeout_release(h);
-    assert_true(hwt__pool_kept(t, h));
-    hwt_timeout_release(h); /* the bug */
-    print_message("  logged: \"%s\"\n", dlog.last);
-    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 1);
-    assert_non_null(strstr(dlog.last, "released more often"));
-    assert_pool_intact(t, h); /* its first schedule revives h, once */
-    assert_int_equal(atomic_load(&r.ran), 0);
-    hwtt_destroy(t);
-    assert_int_equal(atomic_load(&dlog.count[HWT_LOG_ERROR]), 1);
-}
-
 /* A handed-back timeout released twice, while another handed-back one
  * keeps its memory mapped. A stopped timer's pool keeps no free memory: once
  * the last timeout of a region is released the region goes back to the
@@ -297,7 +273,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #ifdef HWT_DEBUG
         cmocka_unit_test_teardown(test_double_release_of_a_handle, hwtt_teardown_timers),
-        cmocka_unit_test_teardown(test_double_release_of_a_kept_handle, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_double_release_after_stop_list, hwtt_teardown_timers),
         cmocka_unit_test_teardown(test_correct_use_logs_nothing, hwtt_teardown_timers),
         cmocka_unit_test(test_concurrent_double_release_is_caught),
