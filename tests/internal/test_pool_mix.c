@@ -22,13 +22,15 @@ static void noop(hwt_timeout *timeout, void *arg)
     (void)arg;
 }
 
-static void (*real_free)(hwt_timer *timer);
+/* The library's own (the same for every timer); set by every stress thread
+ * that makes a timer, so atomic. */
+static _Atomic(void (*)(hwt_timer *)) real_free;
 static atomic_long created, freed;
 
 static void count_free(hwt_timer *timer)
 {
     atomic_fetch_add(&freed, 1);
-    real_free(timer);
+    atomic_load(&real_free)(timer);
 }
 
 /* ---------------------------------------------------------------- stress */
@@ -80,7 +82,7 @@ static hwt_timer *new_timer(unsigned i)
     } else {
         t = hwtt_timer(1, HWT_MILLISECONDS, 64);
     }
-    real_free = t->free_memory;
+    atomic_store(&real_free, t->free_memory);
     t->free_memory = count_free;
     atomic_fetch_add(&created, 1);
     return t;
