@@ -63,16 +63,22 @@ static int child_exits(void *unused)
 
 static pthread_t executor_thread;
 
+/* A 1 ms timer whose expired timeouts go to `keep`. */
+static hwt_timer *executor_timer(void)
+{
+    hwt_options o;
+    hwt_options_init(&o);
+    o.tick_duration = 1;
+    o.executor = keep;
+    return hwtt_timer_opts(&o);
+}
+
 /* On a thread of its own (joined before the fork), so that the forking
  * thread's stack holds no pointer to the timer. */
 static void *set_up_and_destroy(void *p)
 {
     (void)p;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.executor = keep;
-    hwt_timer *timer = hwtt_timer_opts(&o);
+    hwt_timer *timer = executor_timer();
     hwt_timeout *h = NULL;
     assert_int_equal(hwt_new_timeout(timer, noop, NULL, 0, HWT_MILLISECONDS, &h), 0);
     assert_true(hwtt_wait_until(atomic_load(&handed) != NULL, hwtt_slack_ms(5000)));
@@ -99,8 +105,8 @@ static void test_a_child_leaks_no_timer_a_parent_thread_kept(void **state)
     assert_int_equal(child, 0);
 }
 
-/* The same with the forking thread bound to the destroyed timer: its own
- * cache set is reset in the child (memset), which drops the pointer too. */
+/* The same with the forking thread bound to the destroyed timer: the child
+ * must keep its cache set too (the forking thread starts afresh there). */
 static hwt_timeout *handle;
 
 static void *destroy_and_release(void *p)
@@ -120,11 +126,7 @@ static hwt_timer *_Atomic elsewhere;
 static void *create_and_schedule(void *p)
 {
     (void)p;
-    hwt_options o;
-    hwt_options_init(&o);
-    o.tick_duration = 1;
-    o.executor = keep;
-    hwt_timer *timer = hwtt_timer_opts(&o);
+    hwt_timer *timer = executor_timer();
     if (hwt_new_timeout(timer, noop, NULL, 0, HWT_MILLISECONDS, &handle) == 0)
         atomic_store(&elsewhere, timer);
     return NULL;
