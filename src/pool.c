@@ -902,6 +902,22 @@ static int have_cache_key(void)
     return err;
 }
 
+/* The library is being unloaded (dlclose), or the process is exiting: the
+ * key goes, so that a thread still alive, whose caches it points to, does
+ * not call flush_at_thread_exit as it exits, in code that an unload has
+ * taken away. Its caches are then never given back; after an unload
+ * nothing could use them. A thread that schedules after this, during an
+ * exit, makes a key afresh. */
+__attribute__((destructor)) static void delete_cache_key_at_unload(void)
+{
+    pthread_mutex_lock(&cache_key_lock);
+    if (atomic_load_explicit(&cache_key_made, memory_order_relaxed)) {
+        (void)pthread_key_delete(cache_key);
+        atomic_store_explicit(&cache_key_made, false, memory_order_release);
+    }
+    pthread_mutex_unlock(&cache_key_lock);
+}
+
 /* Binds a cache of the calling thread to `timer` (*out): 0; HWT_ENOMEM when
  * its caches cannot be allocated; or, with nothing changed, the error
  * number when the thread-exit destructor cannot be armed (the cache would
