@@ -872,15 +872,23 @@ static void flush_at_thread_exit(void *all)
     caches = NULL; /* a later destructor that schedules allocates them again */
 }
 
+/* Whether any of a thread's CACHE_TIMERS caches is bound to a timer. */
+static bool any_bound(const struct thread_cache *slots)
+{
+    for (unsigned i = 0; i < CACHE_TIMERS; i++)
+        if (slots[i].timer != NULL)
+            return true;
+    return false;
+}
+
 /* Gives a cache back and unbinds it (flush), and frees the thread's caches
  * once none is bound: a thread that has let go of every timer holds
  * nothing. `c` must not be used after. */
 static void unbind(struct thread_cache *c)
 {
     flush(c);
-    for (unsigned i = 0; i < CACHE_TIMERS; i++)
-        if (caches[i].timer != NULL)
-            return;
+    if (any_bound(caches))
+        return;
     (void)pthread_setspecific(cache_key, NULL); /* armed: a slot was bound */
     free_caches(caches);
     caches = NULL;
@@ -1119,10 +1127,7 @@ void hwt__pool_after_fork_in_child(void)
      * nothing of the parent's. */
     for (struct cache_set *set = sets, *next; set != NULL; set = next) {
         next = set->next;
-        bool bound = false;
-        for (unsigned i = 0; i < CACHE_TIMERS; i++)
-            bound |= set->slot[i].timer != NULL;
-        if (!bound) {
+        if (!any_bound(set->slot)) {
             unlink_set(set);
             hwt__free(set);
         }
